@@ -1,0 +1,146 @@
+"""The `harnessproxy` command: a thin typer layer over harnessproxy.api."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import duckdb
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from harnessproxy import __version__, api
+
+app = typer.Typer(
+    help="Run agent CLIs in sandboxes, record every LLM call through a per-rollout proxy, keep it in DuckDB.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file.")]
+
+
+def _fail(message: str) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def proxy(
+    upstream: Annotated[str, typer.Option(help="Upstream base URL speaking the same protocol(s) as the agent.")],
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on (port 0 picks one).")] = "127.0.0.1:0",
+    upstream_key_env: Annotated[
+        str | None, typer.Option(help="Host env var holding the upstream key; the agent's key is dropped.")
+    ] = None,
+    rollout_id: Annotated[str | None, typer.Option(help="Rollout every call on this listener belongs to.")] = None,
+    db: Annotated[Path | None, typer.Option(help="DuckDB file to load the journal into on exit.")] = None,
+    journal_dir: Annotated[Path, typer.Option(help="Where the per-rollout JSONL journal goes.")] = (
+        api.DEFAULT_JOURNAL_DIR
+    ),
+) -> None:
+    """Run one recording proxy listener (one rollout) until Ctrl-C / SIGTERM."""
+
+    def ready(p: api.RunningProxy) -> None:
+        console.print(f"harnessproxy: listening on {p.url} rollout={p.server.rollout_id} journal={p.journal.path}",
+                      soft_wrap=True, highlight=False)
+        sys.stdout.flush()
+
+    try:
+        loaded = api.serve_proxy(listen, upstream, upstream_key_env=upstream_key_env, rollout_id=rollout_id, db=db,
+                                 journal_dir=journal_dir, on_ready=ready)
+    except api.ConfigError as exc:
+        _fail(str(exc))
+    if db:
+        console.print(f"harnessproxy: loaded {loaded} call(s) into {db}", highlight=False)
+
+
+@app.command()
+def ingest(
+    journals: Annotated[list[Path], typer.Argument(help="Journal files (.jsonl) to load.")],
+    db: DbOpt = Path("runs.duckdb"),
+) -> None:
+    """Load journals into DuckDB (idempotent; use after a crash)."""
+    from harnessproxy.store import load_journals
+
+    missing = [str(p) for p in journals if not p.is_file()]
+    if missing:
+        _fail(f"no such journal: {', '.join(missing)}")
+    console.print(f"loaded {load_journals(db, journals)} new call(s) into {db}")
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT * FROM llm_calls\".")],
+    db: DbOpt = Path("runs.duckdb"),
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+) -> None:
+    """Run a SQL query against the DuckDB store and print the result."""
+    try:
+        columns, rows = api.query(db, query)
+    except duckdb.Error as exc:
+        _fail(str(exc))
+    print_rows(columns, rows, format)
+
+
+def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: Format = Format.table) -> None:
+    if fmt is Format.csv:
+        w = csv.writer(sys.stdout)
+        w.writerow(columns)
+        w.writerows(rows)
+    elif fmt is Format.json:
+        print(json.dumps([dict(zip(columns, r, strict=True)) for r in rows], default=str, indent=1))
+    else:
+        table = Table(*columns, show_lines=False)
+        for r in rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        console.print(table)
+
+
+@app.command()
+def demo(
+    db: DbOpt = Path("demo.duckdb"),
+    journal_dir: Annotated[Path, typer.Option(help="Where the journal goes.")] = api.DEFAULT_JOURNAL_DIR,
+) -> None:
+    """Drive the proxy with the official SDKs against the bundled scripted upstream; show what was recorded."""
+    from harnessproxy.demo import run_demo
+
+    try:
+        journal, loaded, key_swapped = run_demo(db, journal_dir)
+    except api.ConfigError as exc:
+        _fail(str(exc))
+    console.print(f"journal: {journal}  ({loaded} call(s) loaded into {db})", highlight=False)
+    console.print("upstream saw only the host key (agent's dummy key dropped): "
+                  + ("[green]yes[/]" if key_swapped else "[red]NO[/]"))
+    columns, rows = api.query(
+        db,
+        "SELECT seq, protocol, kind, model, stream, status, stop_reason, input_tokens AS in_tok, "
+        "output_tokens AS out_tok, round(first_byte_ms, 1) AS first_byte_ms, round(duration_ms, 1) AS ms "
+        f"FROM llm_calls WHERE rollout_id = '{journal.stem}' ORDER BY seq",
+    )
+    print_rows(columns, rows)
+    console.print(f'next: harnessproxy sql --db {db} "SELECT response_body FROM llm_calls WHERE seq = 1"',
+                  highlight=False)
+
+
+@app.command()
+def version() -> None:
+    """Print the harnessproxy version."""
+    console.print(__version__)
+
+
+if __name__ == "__main__":
+    app()
