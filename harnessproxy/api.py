@@ -100,8 +100,9 @@ def serve_proxy(
     key = upstream_key_from_env(upstream_key_env)
 
     async def main() -> Path:
-        proxy = await start_proxy(upstream, rollout_id=rollout_id, journal_dir=journal_dir, host=host, port=port,
-                                  upstream_key=key)
+        proxy = await start_proxy(
+            upstream, rollout_id=rollout_id, journal_dir=journal_dir, host=host, port=port, upstream_key=key
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,12 +35,16 @@ def _fail(message: str) -> None:
 
 @app.command()
 def proxy(
-    upstream: Annotated[str, typer.Option(help="Upstream base URL speaking the same protocol(s) as the agent.")],
+    upstream: Annotated[
+        str, typer.Option(help="Upstream base URL speaking the same protocol(s) as the agent.")
+    ],
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on (port 0 picks one).")] = "127.0.0.1:0",
     upstream_key_env: Annotated[
         str | None, typer.Option(help="Host env var holding the upstream key; the agent's key is dropped.")
     ] = None,
-    rollout_id: Annotated[str | None, typer.Option(help="Rollout every call on this listener belongs to.")] = None,
+    rollout_id: Annotated[
+        str | None, typer.Option(help="Rollout every call on this listener belongs to.")
+    ] = None,
     db: Annotated[Path | None, typer.Option(help="DuckDB file to load the journal into on exit.")] = None,
     journal_dir: Annotated[Path, typer.Option(help="Where the per-rollout JSONL journal goes.")] = (
         api.DEFAULT_JOURNAL_DIR
@@ -49,13 +53,23 @@ def proxy(
     """Run one recording proxy listener (one rollout) until Ctrl-C / SIGTERM."""
 
     def ready(p: api.RunningProxy) -> None:
-        console.print(f"harnessproxy: listening on {p.url} rollout={p.server.rollout_id} journal={p.journal.path}",
-                      soft_wrap=True, highlight=False)
+        console.print(
+            f"harnessproxy: listening on {p.url} rollout={p.server.rollout_id} journal={p.journal.path}",
+            soft_wrap=True,
+            highlight=False,
+        )
         sys.stdout.flush()
 
     try:
-        loaded = api.serve_proxy(listen, upstream, upstream_key_env=upstream_key_env, rollout_id=rollout_id, db=db,
-                                 journal_dir=journal_dir, on_ready=ready)
+        loaded = api.serve_proxy(
+            listen,
+            upstream,
+            upstream_key_env=upstream_key_env,
+            rollout_id=rollout_id,
+            db=db,
+            journal_dir=journal_dir,
+            on_ready=ready,
+        )
     except api.ConfigError as exc:
         _fail(str(exc))
     if db:
@@ -76,7 +90,7 @@ def ingest(
     console.print(f"loaded {load_journals(db, journals)} new call(s) into {db}")
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
@@ -84,7 +98,7 @@ class Format(str, Enum):
 
 @app.command()
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT * FROM llm_calls\".")],
+    query: Annotated[str, typer.Argument(help='SQL to run, e.g. "SELECT * FROM llm_calls".')],
     db: DbOpt = Path("runs.duckdb"),
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
@@ -115,7 +129,7 @@ def demo(
     db: DbOpt = Path("demo.duckdb"),
     journal_dir: Annotated[Path, typer.Option(help="Where the journal goes.")] = api.DEFAULT_JOURNAL_DIR,
 ) -> None:
-    """Drive the proxy with the official SDKs against the bundled scripted upstream; show what was recorded."""
+    """Drive the proxy with the official SDKs against the bundled scripted upstream; show the record."""
     from harnessproxy.demo import run_demo
 
     try:
@@ -123,8 +137,10 @@ def demo(
     except api.ConfigError as exc:
         _fail(str(exc))
     console.print(f"journal: {journal}  ({loaded} call(s) loaded into {db})", highlight=False)
-    console.print("upstream saw only the host key (agent's dummy key dropped): "
-                  + ("[green]yes[/]" if key_swapped else "[red]NO[/]"))
+    console.print(
+        "upstream saw only the host key (agent's dummy key dropped): "
+        + ("[green]yes[/]" if key_swapped else "[red]NO[/]")
+    )
     columns, rows = api.query(
         db,
         "SELECT seq, protocol, kind, model, stream, status, stop_reason, input_tokens AS in_tok, "
@@ -132,8 +148,10 @@ def demo(
         f"FROM llm_calls WHERE rollout_id = '{journal.stem}' ORDER BY seq",
     )
     print_rows(columns, rows)
-    console.print(f'next: harnessproxy sql --db {db} "SELECT response_body FROM llm_calls WHERE seq = 1"',
-                  highlight=False)
+    console.print(
+        f'next: harnessproxy sql --db {db} "SELECT response_body FROM llm_calls WHERE seq = 1"',
+        highlight=False,
+    )
 
 
 @app.command()

@@ -20,11 +20,15 @@ async def _drive(url: str) -> None:
         import anthropic
         import openai
     except ImportError as exc:
-        raise ConfigError("the demo drives the proxy with the official SDKs: pip install 'harnessproxy[dev]'") from exc
+        raise ConfigError(
+            "the demo drives the proxy with the official SDKs: pip install 'harnessproxy[dev]'"
+        ) from exc
     claude = anthropic.AsyncAnthropic(base_url=url, api_key=DUMMY_AGENT_KEY, max_retries=0)
     oai = openai.AsyncOpenAI(base_url=url + "/v1", api_key=DUMMY_AGENT_KEY, max_retries=0)
     msgs: Any = [{"role": "user", "content": "make a.txt and b.txt"}]
-    async with claude.messages.stream(model="anthropic_thinking_parallel", max_tokens=512, messages=msgs) as s:
+    async with claude.messages.stream(
+        model="anthropic_thinking_parallel", max_tokens=512, messages=msgs
+    ) as s:
         await s.get_final_message()
     await claude.messages.create(model="anthropic_text", max_tokens=512, messages=msgs)
     await claude.messages.count_tokens(model="anthropic_text", messages=msgs)

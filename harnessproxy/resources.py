@@ -8,7 +8,7 @@ _PKG = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """The shipped folder `name`: inside the wheel under harnessproxy/_data, in a checkout at the repo root."""
+    """The shipped folder `name`: in the wheel under harnessproxy/_data, in a checkout at the repo root."""
     for candidate in (_PKG / "_data" / name, _PKG.parent / name):
         if candidate.is_dir():
             return candidate

@@ -50,18 +50,42 @@ def call_row(r: dict[str, Any]) -> tuple[Any, ...]:
     if request_body is None and request.get("body") is not None:
         extra["request_body_raw"] = request.get("body")
         extra["request_body_encoding"] = request.get("body_encoding")
-    response_body = response.pop("reassembled", None) if "reassembled" in response else response.pop("body", None)
+    response_body = (
+        response.pop("reassembled", None) if "reassembled" in response else response.pop("body", None)
+    )
     events = response.pop("events", None)
     usage = r.get("usage") or {}
     error = r.get("error") or {}
     return (
-        r["call_id"], r["rollout_id"], r["seq"], r["protocol"], r["kind"], r["method"], r["path"], r.get("endpoint"),
-        r.get("model"), bool(r.get("stream")), r.get("status"), r.get("stop_reason"),
-        usage.get("input_tokens"), usage.get("output_tokens"), usage.get("cache_read_tokens"),
-        usage.get("cache_creation_tokens"), r["started_at"], _ms(r["started_at"], r.get("first_byte_at")),
-        _ms(r["started_at"], r.get("ended_at")), error.get("kind"), error.get("message"), bool(r.get("incomplete")),
-        _dump(request.get("headers")), request_body, _dump(r.get("upstream_request")), _dump(response_body),
-        _dump(events), _dump(response), _dump(extra or None),
+        r["call_id"],
+        r["rollout_id"],
+        r["seq"],
+        r["protocol"],
+        r["kind"],
+        r["method"],
+        r["path"],
+        r.get("endpoint"),
+        r.get("model"),
+        bool(r.get("stream")),
+        r.get("status"),
+        r.get("stop_reason"),
+        usage.get("input_tokens"),
+        usage.get("output_tokens"),
+        usage.get("cache_read_tokens"),
+        usage.get("cache_creation_tokens"),
+        r["started_at"],
+        _ms(r["started_at"], r.get("first_byte_at")),
+        _ms(r["started_at"], r.get("ended_at")),
+        error.get("kind"),
+        error.get("message"),
+        bool(r.get("incomplete")),
+        _dump(request.get("headers")),
+        request_body,
+        _dump(r.get("upstream_request")),
+        _dump(response_body),
+        _dump(events),
+        _dump(response),
+        _dump(extra or None),
     )
 
 

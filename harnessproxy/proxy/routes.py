@@ -38,7 +38,9 @@ def route(method: str, path: str, headers: dict[str, str]) -> Route:
         return Route(fallback, None, "unknown")
     endpoint = match["endpoint"]
     if endpoint == "models":
-        return Route(fallback, "/v1/models", "models") if method == "GET" else Route(fallback, None, "unknown")
+        return (
+            Route(fallback, "/v1/models", "models") if method == "GET" else Route(fallback, None, "unknown")
+        )
     if method != "POST":
         return Route(_PROTOCOL[endpoint], None, "unknown")
     kind = {"messages/count_tokens": "count_tokens", "responses/compact": "compaction"}.get(endpoint, "main")

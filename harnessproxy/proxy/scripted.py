@@ -9,6 +9,7 @@ golden. Options inject the faults the proxy must survive:
   reset_after=N  abort the connection after N writes
   status=CODE  answer HTTP CODE with the protocol's error body
   hang=S       sleep S seconds before answering at all
+  drop=1       reset the connection before any response (refused mid-request)
   repeat=N     (bench) repeat the golden's delta events to make a long stream
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ class ScriptedUpstream:
         self._runner: web.AppRunner | None = None
         self.url = ""
         self._events_cache: dict[str, list[bytes]] = {}
+        self.abandoned_streams = 0  # streams whose reader went away before the end (proves cancellation)
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, sock: socket.socket | None = None) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -78,16 +81,27 @@ class ScriptedUpstream:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         body = json.loads(raw) if raw else {}
-        self.requests.append({"method": request.method, "path": request.path_qs, "headers": dict(request.headers),
-                              "body": body})
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": request.path_qs,
+                "headers": dict(request.headers),
+                "body": body,
+            }
+        )
         r = route(request.method, request.path, dict(request.headers))
         if r.kind == "models":
             names = sorted(p.stem for p in self.goldens.glob("*.sse"))
-            return web.json_response({"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+            return web.json_response(
+                {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
+            )
         if r.kind == "count_tokens":
             return web.json_response({"input_tokens": max(1, len(raw) // 4)})
         name, opts = parse_script(body.get("model"))
         codec = get_codec(r.protocol)
+        if "drop" in opts:
+            _reset(request)
+            return web.Response()
         if "hang" in opts:
             await asyncio.sleep(float(opts["hang"]))
         if "status" in opts:
@@ -96,7 +110,9 @@ class ScriptedUpstream:
         if not (self.goldens / f"{name}.sse").exists():
             name = _DEFAULT[r.protocol]
         if not body.get("stream"):
-            return web.Response(body=(self.goldens / f"{name}.json").read_bytes(), content_type="application/json")
+            return web.Response(
+                body=(self.goldens / f"{name}.json").read_bytes(), content_type="application/json"
+            )
         return await self._stream(request, name, opts)
 
     async def _stream(self, request: web.Request, name: str, opts: dict[str, str]) -> web.StreamResponse:
@@ -113,15 +129,25 @@ class ScriptedUpstream:
         reset_after = int(opts["reset_after"]) if "reset_after" in opts else None
         for i, piece in enumerate(writes):
             if reset_after is not None and i == reset_after:
-                transport = request.transport
-                if transport is not None:
-                    sock = transport.get_extra_info("socket")
-                    if sock is not None:  # RST, not FIN: a real reset
-                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    transport.abort()
+                _reset(request)
                 return resp
             if delay:
                 await asyncio.sleep(delay)
-            await resp.write(piece)
+            try:
+                await resp.write(piece)
+            except ConnectionError:
+                self.abandoned_streams += 1
+                return resp
         await resp.write_eof()
         return resp
+
+
+def _reset(request: web.Request) -> None:
+    """Abort with RST (SO_LINGER 0), not a polite FIN: what a crashed server or a dropped route looks like."""
+    transport = request.transport
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()

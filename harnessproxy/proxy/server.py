@@ -7,6 +7,7 @@ fsync'd to the rollout's journal before the agent's response completes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -102,7 +103,13 @@ class ProxyServer:
         headers = dict(request.headers)
         r = route(request.method, request.path, headers)
         rec = CallRecord(
-            self.rollout_id, self._seq, request.method, request.path_qs, r.protocol, r.kind, endpoint=r.endpoint
+            self.rollout_id,
+            self._seq,
+            request.method,
+            request.path_qs,
+            r.protocol,
+            r.kind,
+            endpoint=r.endpoint,
         )
         rec.request = {"headers": redact(headers), "body": None, "body_encoding": "none"}
         codec = get_codec(r.protocol)
@@ -112,7 +119,11 @@ class ProxyServer:
                 rec.status = 200
                 return web.Response(status=200)
             if r.endpoint is None:
-                raise BadRequest(404, "unknown_path", f"{request.method} {request.path} is not an endpoint this proxy serves")
+                raise BadRequest(
+                    404,
+                    "unknown_path",
+                    f"{request.method} {request.path} is not an endpoint this proxy serves",
+                )
             raw, body = await self._read_body(request, rec)
             if isinstance(body, dict):
                 rec.model = body.get("model") if isinstance(body.get("model"), str) else None
@@ -125,8 +136,11 @@ class ProxyServer:
             rec.fail(exc.kind, exc.message)
             return web.json_response(codec.error_body(exc.status, exc.message), status=exc.status)
         except (asyncio.CancelledError, ConnectionResetError):
-            rec.fail("client_disconnected", "the client closed the connection before the response completed",
-                     incomplete=True)
+            rec.fail(
+                "client_disconnected",
+                "the client closed the connection before the response completed",
+                incomplete=True,
+            )
             self._finish_sync(rec)
             written = True
             raise
@@ -138,15 +152,22 @@ class ProxyServer:
         if request.method != "POST":
             return None, None
         if request.content_length is not None and request.content_length > self.max_body:
-            raise BadRequest(413, "body_too_large", f"request body of {request.content_length} bytes exceeds the "
-                             f"proxy limit of {self.max_body} bytes")
+            raise BadRequest(
+                413,
+                "body_too_large",
+                f"request body of {request.content_length} bytes exceeds the "
+                f"proxy limit of {self.max_body} bytes",
+            )
         buf = bytearray()
         try:
             async for chunk in request.content.iter_chunked(1 << 16):
                 buf += chunk
                 if len(buf) > self.max_body:
-                    raise BadRequest(413, "body_too_large",
-                                     f"request body exceeds the proxy limit of {self.max_body} bytes")
+                    raise BadRequest(
+                        413,
+                        "body_too_large",
+                        f"request body exceeds the proxy limit of {self.max_body} bytes",
+                    )
         except BadRequest:
             raise
         except Exception as exc:  # a body aiohttp could not decompress or de-chunk
@@ -160,7 +181,11 @@ class ProxyServer:
 
     def _upstream_headers(self, request: web.Request, codec: Codec) -> dict[str, str]:
         named = {h.strip().lower() for h in request.headers.get("connection", "").split(",")}
-        out = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST and k.lower() not in named}
+        out = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _DROP_REQUEST and k.lower() not in named
+        }
         if self.upstream_key:
             out.update(codec.auth_headers(self.upstream_key))
         return out
@@ -201,10 +226,8 @@ class ProxyServer:
         rec.first_byte_at = time.time()
         text, encoding = body_text(data)
         parsed: Json | None = None
-        try:
+        with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
             parsed = json.loads(data) if data else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            pass
         rec.response["body"] = parsed if parsed is not None else text
         if parsed is None and encoding != "utf-8":
             rec.response["body_encoding"] = encoding
@@ -225,11 +248,14 @@ class ProxyServer:
         reasm = codec.reassembler()
         events: list[dict[str, str]] = []
         broken: str | None = None
+        held = b""  # bytes of an unfinished event: forwarded once it ends, dropped if the stream breaks
         try:
             async for chunk in up.chunks():
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.time()
-                await resp.write(chunk)
+                ready, held = split_at_event_end(held + chunk)
+                if ready:
+                    await resp.write(ready)
                 for event in parser.feed(chunk):
                     events.append(event.as_record())
                     reasm.feed(event)
@@ -239,6 +265,8 @@ class ProxyServer:
             _stream_result(rec, codec, reasm, events)  # the client hung up: keep what arrived
             raise
         if broken is None:
+            if held:
+                await resp.write(held)
             for event in parser.flush():
                 events.append(event.as_record())
                 reasm.feed(event)
@@ -251,8 +279,7 @@ class ProxyServer:
             rec.fail("upstream_status", f"upstream answered HTTP {up.status}")
         await self._finish(rec)
         if broken is not None:
-            prefix = b"\n\n" if parser.has_partial else b""
-            await resp.write(prefix + reasm.error_tail(f"upstream connection broke mid-stream: {broken}"))
+            await resp.write(reasm.error_tail(f"upstream connection broke mid-stream: {broken}"))
         await resp.write_eof()
         return resp
 
@@ -268,10 +295,23 @@ class ProxyServer:
         self.journal.append(rec)
 
 
+def split_at_event_end(data: bytes) -> tuple[bytes, bytes]:
+    """Split after the last complete SSE event, so a client never holds half an event when a stream breaks."""
+    end = 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        at = data.rfind(sep)
+        if at >= 0:
+            end = max(end, at + len(sep))
+    return data[:end], data[end:]
+
+
 def _stream_result(rec: CallRecord, codec: Codec, reasm: Any, events: list[dict[str, str]]) -> None:
     final = reasm.result()
     rec.response.update(
-        reassembled=final, events=events, unknown_event_types=reasm.unknown_event_types, terminated=reasm.terminated
+        reassembled=final,
+        events=events,
+        unknown_event_types=reasm.unknown_event_types,
+        terminated=reasm.terminated,
     )
     rec.usage = codec.usage(final)
     rec.stop_reason = codec.stop_reason(final)

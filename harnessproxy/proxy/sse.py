@@ -28,11 +28,6 @@ class SSEParser:
         self._buf = b""
         self._pending_cr = False
 
-    @property
-    def has_partial(self) -> bool:
-        """True when bytes of an unfinished event are buffered (a stream cut mid-event)."""
-        return bool(self._buf.strip())
-
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         if b"\r" in chunk or self._pending_cr:
             chunk = self._normalize(chunk)

@@ -3,7 +3,6 @@ compatible servers use `HttpUpstream`; later the oracle and token-id upstreams p
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
@@ -65,18 +64,22 @@ class _AiohttpResponse:
         try:
             async for chunk in self._resp.content.iter_any():
                 yield chunk
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise UpstreamBroken("upstream stopped sending (read timeout)") from exc
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamBroken(f"upstream connection broke mid-response: {exc or type(exc).__name__}") from exc
+            raise UpstreamBroken(
+                f"upstream connection broke mid-response: {exc or type(exc).__name__}"
+            ) from exc
 
     async def read(self) -> bytes:
         try:
             return await self._resp.read()
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise UpstreamTimeout("upstream timed out while sending its response") from exc
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamBroken(f"upstream connection broke mid-response: {exc or type(exc).__name__}") from exc
+            raise UpstreamBroken(
+                f"upstream connection broke mid-response: {exc or type(exc).__name__}"
+            ) from exc
 
     def close(self) -> None:
         self._resp.close()
@@ -118,11 +121,15 @@ class HttpUpstream:
     ) -> UpstreamResponse:
         url = self.url_for(endpoint, query)
         try:
-            resp = await self._client().request(method, url, headers=headers, data=body, timeout=self._timeout)
-        except asyncio.TimeoutError as exc:
+            resp = await self._client().request(
+                method, url, headers=headers, data=body, timeout=self._timeout
+            )
+        except TimeoutError as exc:
             raise UpstreamTimeout(f"upstream {self.base_url} did not answer in time") from exc
         except (aiohttp.ClientError, ConnectionError, OSError) as exc:
-            raise UpstreamUnreachable(f"upstream {self.base_url} unreachable: {exc or type(exc).__name__}") from exc
+            raise UpstreamUnreachable(
+                f"upstream {self.base_url} unreachable: {exc or type(exc).__name__}"
+            ) from exc
         return _AiohttpResponse(resp)
 
     async def aclose(self) -> None:

@@ -12,7 +12,16 @@ from harnessproxy.proxy.sse import SSEEvent, encode_event
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}
 # Streamed text fields that arrive as fragments and are concatenated.
 _TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
-_TOP_LEVEL = ("id", "created", "model", "system_fingerprint", "service_tier", "prompt_token_ids", "kv_transfer_params")
+_CHOICE_HANDLED = ("index", "delta", "finish_reason", "logprobs", "token_ids")
+_TOP_LEVEL = (
+    "id",
+    "created",
+    "model",
+    "system_fingerprint",
+    "service_tier",
+    "prompt_token_ids",
+    "kv_transfer_params",
+)
 
 
 def openai_error_body(status: int, message: str) -> Json:
@@ -89,7 +98,12 @@ class ChatReassembler:
         index = ch.get("index", 0)
         slot = self.choices.setdefault(
             index,
-            {"index": index, "message": {"role": "assistant", "content": None}, "finish_reason": None, "logprobs": None},
+            {
+                "index": index,
+                "message": {"role": "assistant", "content": None},
+                "finish_reason": None,
+                "logprobs": None,
+            },
         )
         message = slot["message"]
         delta = ch.get("delta") or {}
@@ -112,16 +126,23 @@ class ChatReassembler:
                 if isinstance(values, list):
                     logprobs.setdefault(key, []).extend(values)
             slot["logprobs"] = logprobs
-        if ch.get("token_ids") is not None:  # vLLM return_token_ids: per-chunk delta ids, empty deltas included
+        if (
+            ch.get("token_ids") is not None
+        ):  # vLLM return_token_ids: per-chunk delta ids, empty deltas included
             slot.setdefault("token_ids", []).extend(ch["token_ids"])
-        for key, value in ch.items():
-            if key not in ("index", "delta", "finish_reason", "logprobs", "token_ids") and value is not None:
+        for (
+            key,
+            value,
+        ) in ch.items():  # server extras (vLLM stop_reason, ...): a later null never erases a value
+            if key not in _CHOICE_HANDLED and (value is not None or key not in slot):
                 slot[key] = value
 
     def _tool_call(self, choice: int, tc: Json) -> None:
         calls = self.tool_calls.setdefault(choice, {})
         index = tc.get("index", len(calls))
-        call = calls.setdefault(index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+        call = calls.setdefault(
+            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+        )
         if tc.get("id"):
             call["id"] = tc["id"]
         if tc.get("type"):
@@ -147,7 +168,7 @@ class ChatReassembler:
         return out
 
     def error_tail(self, message: str) -> bytes:
-        # The OpenAI SDKs raise on a chunk carrying `error`; no [DONE] follows, so no client mistakes it for an end.
+        # OpenAI SDKs raise on a chunk carrying `error`; no [DONE] follows, so nobody takes it for an end.
         return encode_event(json.dumps(openai_error_body(502, message)))
 
 

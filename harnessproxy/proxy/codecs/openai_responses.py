@@ -92,7 +92,11 @@ class ResponsesReassembler:
         item = self.items.setdefault(index, {})
         if kind == "response.content_part.added":
             item.setdefault("content", []).append(copy.deepcopy(data.get("part") or {}))
-        elif kind in ("response.output_text.delta", "response.reasoning_text.delta", "response.refusal.delta"):
+        elif kind in (
+            "response.output_text.delta",
+            "response.reasoning_text.delta",
+            "response.refusal.delta",
+        ):
             field = "refusal" if kind == "response.refusal.delta" else "text"
             part = _part(item, "content", data.get("content_index", 0))
             part[field] = part.get(field, "") + data.get("delta", "")
