@@ -154,6 +154,20 @@ def demo(
     )
 
 
+@app.command("scripted-upstream")
+def scripted_upstream(
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on.")] = "127.0.0.1:8765",
+) -> None:
+    """Serve the bundled golden transcripts as a model server (for trying a harness or the proxy offline)."""
+    from harnessproxy.proxy.scripted import serve_forever
+
+    try:
+        host, port = api.parse_listen(listen)
+    except api.ConfigError as exc:
+        _fail(str(exc))
+    serve_forever(host, port, lambda url: console.print(f"scripted upstream on {url}", highlight=False))
+
+
 @app.command()
 def version() -> None:
     """Print the harnessproxy version."""

@@ -11,6 +11,7 @@ from typing import Any
 import duckdb
 
 from harnessproxy.proxy.record import read_journal
+from harnessproxy.proxy.sse import events_of
 from harnessproxy.resources import recorder_sql
 
 _COLUMNS = (
@@ -53,7 +54,10 @@ def call_row(r: dict[str, Any]) -> tuple[Any, ...]:
     response_body = (
         response.pop("reassembled", None) if "reassembled" in response else response.pop("body", None)
     )
-    events = response.pop("events", None)
+    raw_sse = response.get("raw_sse")
+    events = (
+        events_of(raw_sse) if isinstance(raw_sse, str) and response.get("raw_sse_encoding") is None else None
+    )
     usage = r.get("usage") or {}
     error = r.get("error") or {}
     return (

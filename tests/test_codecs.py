@@ -163,3 +163,23 @@ def test_forwarding_splits_after_the_last_complete_event(data: bytes, ready: byt
     from harnessproxy.proxy.server import split_at_event_end
 
     assert split_at_event_end(data) == (ready, held)
+
+
+@pytest.mark.parametrize(
+    ("base", "endpoint", "query", "url"),
+    [
+        (
+            "https://api.anthropic.com",
+            "/v1/messages",
+            "beta=true",
+            "https://api.anthropic.com/v1/messages?beta=true",
+        ),
+        ("http://127.0.0.1:8000/v1", "/v1/chat/completions", "", "http://127.0.0.1:8000/v1/chat/completions"),
+        ("http://gw/openai/v1/", "/v1/responses", "", "http://gw/openai/v1/responses"),
+        ("http://gw/prefix", "/v1/models", "", "http://gw/prefix/v1/models"),
+    ],
+)
+def test_upstream_url_joins_without_doubling_v1(base: str, endpoint: str, query: str, url: str) -> None:
+    from harnessproxy.proxy.upstream import HttpUpstream
+
+    assert HttpUpstream(base).url_for(endpoint, query) == url

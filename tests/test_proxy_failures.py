@@ -15,6 +15,7 @@ import pytest
 
 from harnessproxy.api import RunningProxy, start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
+from harnessproxy.proxy.sse import events_of
 from harnessproxy.proxy.upstream import HttpUpstream
 from tests.conftest import AGENT_KEY, last, records
 
@@ -106,7 +107,7 @@ async def test_anthropic_mid_stream_reset(proxy: RunningProxy) -> None:
     assert "message_start" in seen  # bytes flowed before the break
     rec = last(proxy)
     assert rec["incomplete"] is True and rec["error"]["kind"] == "upstream_reset"
-    assert len(rec["response"]["events"]) == 4  # exactly what arrived
+    assert len(events_of(rec["response"]["raw_sse"])) == 4  # exactly what arrived
     assert rec["response"]["reassembled"]["content"][0]["text"] == "I'll run"
     await still_serves(proxy)
 
@@ -166,7 +167,7 @@ async def test_client_disconnect_mid_stream_cancels_upstream(
             break
     rec = last(proxy)
     assert rec["incomplete"] is True and rec["error"]["kind"] == "client_disconnected"
-    assert 1 <= len(rec["response"]["events"]) < 200
+    assert 1 <= len(events_of(rec["response"]["raw_sse"])) < 200
     assert upstream.abandoned_streams == 1  # the upstream request was cancelled, not drained
     await still_serves(proxy)
 

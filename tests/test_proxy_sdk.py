@@ -13,6 +13,7 @@ import pytest
 
 from harnessproxy.api import RunningProxy, start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
+from harnessproxy.proxy.sse import events_of
 from tests.conftest import AGENT_KEY, HOST_KEY, golden_bytes, golden_json, last, records, strip_none
 
 WIRE = Path(__file__).parent / "wire"
@@ -145,12 +146,13 @@ async def test_client_receives_exactly_the_upstream_bytes(
             assert resp.headers["content-type"].startswith("text/event-stream")
     assert received == golden_bytes(name)
     rec = last(proxy)
+    assert rec["response"]["raw_sse"].encode() == golden_bytes(name)  # recorded byte for byte
     # every event recorded verbatim, unknown types included
     raw_events = [e for e in golden_bytes(name).decode().split("\n\n") if e.strip()]
-    assert len(rec["response"]["events"]) == len(raw_events)
+    assert len(events_of(rec["response"]["raw_sse"])) == len(raw_events)
     if name == "anthropic_unknown_event":
         assert rec["response"]["unknown_event_types"] == ["model_rationale_2027"]
-        kept = [e for e in rec["response"]["events"] if e.get("event") == "model_rationale_2027"]
+        kept = [e for e in events_of(rec["response"]["raw_sse"]) if e.get("event") == "model_rationale_2027"]
         assert json.loads(kept[0]["data"]) == {
             "type": "model_rationale_2027",
             "index": 0,

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 SECRET_HEADERS = {"authorization", "x-api-key", "api-key", "x-goog-api-key", "proxy-authorization", "cookie"}
 
 
@@ -60,8 +62,11 @@ class CallRecord:
         self.error = {"kind": kind, "message": message}
         self.incomplete = self.incomplete or incomplete
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
+    def to_json(self) -> bytes:
+        try:
+            return orjson.dumps(self)  # dataclasses natively, no deep copy
+        except TypeError:  # an integer beyond 64 bits somewhere in a body
+            return json.dumps(asdict(self), ensure_ascii=False).encode()
 
 
 class Journal:
@@ -75,7 +80,7 @@ class Journal:
         self._lock = threading.Lock()
 
     def append(self, record: CallRecord) -> None:
-        line = (record.to_json() + "\n").encode()
+        line = record.to_json() + b"\n"
         with self._lock:
             os.write(self._fd, line)
             if self._fsync:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import struct
 from pathlib import Path
@@ -44,20 +45,25 @@ def golden_events(name: str) -> list[bytes]:
     return [p + b"\n\n" for p in parts if p.strip()]
 
 
+_TEXT_DELTA = (b'"text_delta"', b'"delta": {"content"', b'"response.output_text.delta"')
+
+
 def _lengthen(events: list[bytes], repeat: int) -> list[bytes]:
-    deltas = [e for e in events if b"delta" in e]
-    if not deltas or repeat <= 1:
+    """Repeat the text-delta events (for long benchmark streams); everything else stays once, in place."""
+    at = [i for i, e in enumerate(events) if any(m in e for m in _TEXT_DELTA)]
+    if not at or repeat <= 1:
         return events
-    last = max(i for i, e in enumerate(events) if b"delta" in e)
-    return events[: last + 1] + deltas * (repeat - 1) + events[last + 1 :]
+    deltas = [events[i] for i in at]
+    return events[: at[-1] + 1] + deltas * (repeat - 1) + events[at[-1] + 1 :]
 
 
 class ScriptedUpstream:
     """An aiohttp server; `url` is what a proxy's --upstream points at."""
 
-    def __init__(self, goldens: Path = GOLDENS) -> None:
+    def __init__(self, goldens: Path = GOLDENS, keep_requests: bool = True) -> None:
         self.goldens = goldens
         self.requests: list[dict[str, Any]] = []
+        self.keep_requests = keep_requests
         self._runner: web.AppRunner | None = None
         self.url = ""
         self._events_cache: dict[str, list[bytes]] = {}
@@ -81,14 +87,15 @@ class ScriptedUpstream:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         body = json.loads(raw) if raw else {}
-        self.requests.append(
-            {
-                "method": request.method,
-                "path": request.path_qs,
-                "headers": dict(request.headers),
-                "body": body,
-            }
-        )
+        if self.keep_requests:
+            self.requests.append(
+                {
+                    "method": request.method,
+                    "path": request.path_qs,
+                    "headers": dict(request.headers),
+                    "body": body,
+                }
+            )
         r = route(request.method, request.path, dict(request.headers))
         if r.kind == "models":
             names = sorted(p.stem for p in self.goldens.glob("*.sse"))
@@ -151,3 +158,19 @@ def _reset(request: web.Request) -> None:
     if sock is not None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     transport.abort()
+
+
+def serve_forever(host: str, port: int, on_ready: Any = None) -> None:
+    async def main() -> None:
+        up = ScriptedUpstream(keep_requests=False)  # a long-running server must not grow without bound
+        url = await up.start(host, port)
+        if on_ready:
+            on_ready(url)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await up.stop()
+
+    asyncio.run(main())

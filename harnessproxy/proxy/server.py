@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from harnessproxy.proxy.codecs import Codec, Json, get_codec
+from harnessproxy.proxy.codecs import Codec, Json, get_codec, loads
 from harnessproxy.proxy.record import CallRecord, Journal, body_text, redact
 from harnessproxy.proxy.routes import Route, refine_kind, route
 from harnessproxy.proxy.sse import SSEParser
@@ -175,7 +175,7 @@ class ProxyServer:
         raw = bytes(buf)
         rec.request["body"], rec.request["body_encoding"] = body_text(raw)
         try:
-            return raw, json.loads(raw)
+            return raw, loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BadRequest(400, "invalid_json", f"request body is not valid JSON: {exc}") from exc
 
@@ -227,7 +227,7 @@ class ProxyServer:
         text, encoding = body_text(data)
         parsed: Json | None = None
         with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-            parsed = json.loads(data) if data else None
+            parsed = loads(data) if data else None
         rec.response["body"] = parsed if parsed is not None else text
         if parsed is None and encoding != "utf-8":
             rec.response["body_encoding"] = encoding
@@ -246,7 +246,9 @@ class ProxyServer:
         await resp.prepare(request)
         parser = SSEParser()
         reasm = codec.reassembler()
-        events: list[dict[str, str]] = []
+        raw: list[
+            bytes
+        ] = []  # the stream exactly as received; the event list is derived from it at load time
         broken: str | None = None
         held = b""  # bytes of an unfinished event: forwarded once it ends, dropped if the stream breaks
         try:
@@ -256,21 +258,20 @@ class ProxyServer:
                 ready, held = split_at_event_end(held + chunk)
                 if ready:
                     await resp.write(ready)
+                raw.append(chunk)
                 for event in parser.feed(chunk):
-                    events.append(event.as_record())
                     reasm.feed(event)
         except UpstreamBroken as exc:
             broken = str(exc)
         except (asyncio.CancelledError, ConnectionResetError):
-            _stream_result(rec, codec, reasm, events)  # the client hung up: keep what arrived
+            _stream_result(rec, codec, reasm, raw)  # the client hung up: keep what arrived
             raise
         if broken is None:
             if held:
                 await resp.write(held)
             for event in parser.flush():
-                events.append(event.as_record())
                 reasm.feed(event)
-        _stream_result(rec, codec, reasm, events)
+        _stream_result(rec, codec, reasm, raw)
         if broken is not None:
             rec.fail("upstream_reset", broken, incomplete=True)
         elif reasm.error is not None:
@@ -305,14 +306,17 @@ def split_at_event_end(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
-def _stream_result(rec: CallRecord, codec: Codec, reasm: Any, events: list[dict[str, str]]) -> None:
+def _stream_result(rec: CallRecord, codec: Codec, reasm: Any, raw: list[bytes]) -> None:
     final = reasm.result()
+    text, encoding = body_text(b"".join(raw))
     rec.response.update(
         reassembled=final,
-        events=events,
+        raw_sse=text,
         unknown_event_types=reasm.unknown_event_types,
         terminated=reasm.terminated,
     )
+    if encoding != "utf-8":
+        rec.response["raw_sse_encoding"] = encoding
     rec.usage = codec.usage(final)
     rec.stop_reason = codec.stop_reason(final)
 

@@ -3,11 +3,10 @@ partial event, so reassembly can run beside a live stream instead of after it.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(slots=True)
-class SSEEvent:
+class SSEEvent(NamedTuple):
     event: str | None
     data: str
     comment: str | None = None  # a ':' line kept verbatim (e.g. keep-alive notes from some gateways)
@@ -57,6 +56,17 @@ class SSEParser:
 
 
 def _parse_block(block: bytes) -> list[SSEEvent]:
+    # Fast paths for the two shapes every LLM server sends: `data: X` and `event: E\ndata: X`.
+    if block.startswith(b"data: ") and b"\n" not in block:
+        return [SSEEvent(None, block[6:].decode("utf-8", errors="replace"))]
+    if block.startswith(b"event: ") and block.count(b"\n") == 1:
+        head, _, rest = block.partition(b"\n")
+        if rest.startswith(b"data: "):
+            return [
+                SSEEvent(
+                    head[7:].decode("utf-8", errors="replace"), rest[6:].decode("utf-8", errors="replace")
+                )
+            ]
     event: str | None = None
     data: list[str] = []
     comments: list[SSEEvent] = []
@@ -77,6 +87,12 @@ def _parse_block(block: bytes) -> list[SSEEvent]:
     if event is None and not data:
         return comments
     return [*comments, SSEEvent(event, "\n".join(data))]
+
+
+def events_of(raw: str) -> list[dict[str, str]]:
+    """The event list of a recorded stream, for storage and queries."""
+    parser = SSEParser()
+    return [e.as_record() for e in [*parser.feed(raw.encode()), *parser.flush()]]
 
 
 def encode_event(data: str, event: str | None = None) -> bytes:

@@ -5,7 +5,10 @@ stop reason, and how to reassemble a stream into the exact shape of the non-stre
 
 from __future__ import annotations
 
+import json
 from typing import Any, Protocol
+
+import orjson
 
 from harnessproxy.proxy.sse import SSEEvent
 
@@ -38,6 +41,15 @@ class Codec(Protocol):
     def stop_reason(self, response: Json | None) -> str | None: ...
 
     def reassembler(self) -> Reassembler: ...
+
+
+def loads(data: str | bytes) -> Any:
+    """Fast JSON on the hot path; the stdlib only for what orjson refuses (integers beyond 64 bits).
+    Raises json.JSONDecodeError (a ValueError) for invalid JSON either way."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def usage_record(

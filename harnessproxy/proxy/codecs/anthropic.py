@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, usage_record
+from harnessproxy.proxy.codecs import Json, loads, usage_record
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
 _ERROR_TYPES = {
@@ -62,7 +62,8 @@ class AnthropicReassembler:
     def __init__(self) -> None:
         self.message: Json | None = None
         self.blocks: dict[int, Json] = {}
-        self.partial_json: dict[int, str] = {}
+        self.parts: dict[tuple[int, str], list[str]] = {}  # joined once in result(): += would be quadratic
+        self.partial_json: dict[int, list[str]] = {}
         self.unknown_event_types: list[str] = []
         self.error: Json | None = None
         self.terminated = False
@@ -71,7 +72,7 @@ class AnthropicReassembler:
         if event.comment is not None or not event.data:
             return
         try:
-            data = json.loads(event.data)
+            data = loads(event.data)
         except json.JSONDecodeError:
             self._unknown(event.event or "<invalid json>")
             return
@@ -94,7 +95,7 @@ class AnthropicReassembler:
         block = copy.deepcopy(data.get("content_block") or {})
         self.blocks[index] = block
         if block.get("type") in _JSON_INPUT_BLOCKS:
-            self.partial_json[index] = ""
+            self.partial_json[index] = []
 
     def _on_content_block_delta(self, data: Json) -> None:
         index = data["index"]
@@ -102,11 +103,11 @@ class AnthropicReassembler:
         delta = data.get("delta") or {}
         kind = delta.get("type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.get("text", "")
+            self._part(index, block, "text").append(delta.get("text", ""))
         elif kind == "input_json_delta":
-            self.partial_json[index] = self.partial_json.get(index, "") + delta.get("partial_json", "")
+            self.partial_json.setdefault(index, []).append(delta.get("partial_json", ""))
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            self._part(index, block, "thinking").append(delta.get("thinking", ""))
         elif kind == "signature_delta":
             block["signature"] = delta.get("signature", "")
         elif kind == "citations_delta":
@@ -114,19 +115,25 @@ class AnthropicReassembler:
         else:
             self._unknown(f"content_block_delta:{kind}")
 
+    def _part(self, index: int, block: Json, field: str) -> list[str]:
+        parts = self.parts.get((index, field))
+        if parts is None:
+            parts = self.parts[(index, field)] = [block.get(field, "")]
+        return parts
+
     def _on_content_block_stop(self, data: Json) -> None:
         self._finish_json(data["index"])
 
     def _finish_json(self, index: int) -> None:
         if index not in self.partial_json:
             return
-        raw = self.partial_json.pop(index)
+        raw = "".join(self.partial_json.pop(index))
         block = self.blocks[index]
         if not raw.strip():
             block["input"] = {}
             return
         try:
-            block["input"] = json.loads(raw)
+            block["input"] = loads(raw)
         except json.JSONDecodeError:
             # Keep what arrived rather than pretending the tool got `{}` (the classic translator bug).
             block["input"] = raw
@@ -157,6 +164,8 @@ class AnthropicReassembler:
             return None
         for index in list(self.partial_json):
             self._finish_json(index)
+        for (index, field), parts in self.parts.items():
+            self.blocks[index][field] = "".join(parts)
         message = dict(self.message or {})
         message["content"] = [self.blocks[i] for i in sorted(self.blocks)]
         return message

@@ -3,25 +3,16 @@ ids and logprobs kept), errors, usage."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, usage_record
+from harnessproxy.proxy.codecs import Json, loads, usage_record
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}
 # Streamed text fields that arrive as fragments and are concatenated.
-_TEXT_FIELDS = ("content", "reasoning_content", "reasoning", "refusal")
-_CHOICE_HANDLED = ("index", "delta", "finish_reason", "logprobs", "token_ids")
-_TOP_LEVEL = (
-    "id",
-    "created",
-    "model",
-    "system_fingerprint",
-    "service_tier",
-    "prompt_token_ids",
-    "kv_transfer_params",
-)
+_TEXT_FIELDS = frozenset({"content", "reasoning_content", "reasoning", "refusal"})
 
 
 def openai_error_body(status: int, message: str) -> Json:
@@ -52,9 +43,12 @@ class ChatCodec:
 
 
 class ChatReassembler:
+    """Fragments are collected in lists and joined once in result(): string += in a loop is quadratic."""
+
     def __init__(self) -> None:
         self.top: Json = {}
         self.choices: dict[int, Json] = {}
+        self.text: dict[tuple[int, str], list[str]] = {}
         self.tool_calls: dict[int, dict[int, Json]] = {}
         self.usage: Json | None = None
         self.unknown_event_types: list[str] = []
@@ -63,13 +57,14 @@ class ChatReassembler:
         self.seen_chunk = False
 
     def feed(self, event: SSEEvent) -> None:
+        data = event.data
         if event.comment is not None:
             return
-        if event.data.strip() == "[DONE]":
+        if data[:1] != "{" and data.strip() == "[DONE]":
             self.terminated = True
             return
         try:
-            chunk = json.loads(event.data)
+            chunk = loads(data)
         except json.JSONDecodeError:
             self._unknown("<invalid json>")
             return
@@ -79,15 +74,13 @@ class ChatReassembler:
         if chunk.get("error"):
             self.error = chunk["error"]
             return
-        if chunk.get("object") not in (None, "chat.completion.chunk"):
-            self._unknown(str(chunk.get("object")))
         self.seen_chunk = True
-        for key in _TOP_LEVEL:
-            if chunk.get(key) is not None:
-                self.top[key] = chunk[key]
-        if chunk.get("usage") is not None:
-            self.usage = chunk["usage"]
-        for ch in chunk.get("choices") or []:
+        choices = chunk.pop("choices", None)
+        usage = chunk.pop("usage", None)
+        if usage is not None:
+            self.usage = usage
+        self.top.update(chunk)  # id, created, model, system_fingerprint, vLLM prompt_token_ids, ...
+        for ch in choices or ():
             self._choice(ch)
 
     def _unknown(self, kind: str) -> None:
@@ -96,72 +89,92 @@ class ChatReassembler:
 
     def _choice(self, ch: Json) -> None:
         index = ch.get("index", 0)
-        slot = self.choices.setdefault(
-            index,
-            {
+        slot = self.choices.get(index)
+        if slot is None:
+            slot = self.choices[index] = {
                 "index": index,
                 "message": {"role": "assistant", "content": None},
                 "finish_reason": None,
                 "logprobs": None,
-            },
-        )
-        message = slot["message"]
-        delta = ch.get("delta") or {}
-        if delta.get("role"):
-            message["role"] = delta["role"]
-        for field in _TEXT_FIELDS:
-            if delta.get(field) is not None:
-                message[field] = (message.get(field) or "") + delta[field]
-        for tc in delta.get("tool_calls") or []:
-            self._tool_call(index, tc)
-        if delta.get("function_call"):
-            fc = message.setdefault("function_call", {"name": "", "arguments": ""})
-            fc["name"] += delta["function_call"].get("name") or ""
-            fc["arguments"] += delta["function_call"].get("arguments") or ""
-        if ch.get("finish_reason") is not None:
-            slot["finish_reason"] = ch["finish_reason"]
-        if ch.get("logprobs"):
-            logprobs = slot["logprobs"] or {}
-            for key, values in ch["logprobs"].items():
-                if isinstance(values, list):
-                    logprobs.setdefault(key, []).extend(values)
-            slot["logprobs"] = logprobs
-        if (
-            ch.get("token_ids") is not None
-        ):  # vLLM return_token_ids: per-chunk delta ids, empty deltas included
-            slot.setdefault("token_ids", []).extend(ch["token_ids"])
-        for (
-            key,
-            value,
-        ) in ch.items():  # server extras (vLLM stop_reason, ...): a later null never erases a value
-            if key not in _CHOICE_HANDLED and (value is not None or key not in slot):
-                slot[key] = value
+            }
+        for key, value in ch.items():
+            if key == "delta":
+                self._delta(index, slot["message"], value or {})
+            elif key == "logprobs":
+                if value:
+                    logprobs = slot["logprobs"] = slot["logprobs"] or {}
+                    for name, values in value.items():
+                        if isinstance(values, list):
+                            logprobs.setdefault(name, []).extend(values)
+            elif key == "token_ids":  # vLLM return_token_ids: per-chunk delta ids, empty deltas included
+                if value is not None:
+                    slot.setdefault("token_ids", []).extend(value)
+            elif key != "index" and (value is not None or key not in slot):
+                slot[key] = (
+                    value  # finish_reason and server extras (vLLM stop_reason); a later null never erases
+                )
+
+    def _delta(self, index: int, message: Json, delta: Json) -> None:
+        for key, value in delta.items():
+            if value is None:
+                continue
+            if key in _TEXT_FIELDS:
+                parts = self.text.get((index, key))
+                if parts is None:
+                    parts = self.text[(index, key)] = []
+                    message.setdefault(key, None)
+                parts.append(value)
+            elif key == "tool_calls":
+                for tc in value:
+                    self._tool_call(index, tc)
+            elif key == "function_call":
+                fc = message.setdefault("function_call", {"name": [], "arguments": []})
+                fc["name"].append(value.get("name") or "")
+                fc["arguments"].append(value.get("arguments") or "")
+            elif key == "role":
+                message["role"] = value
+            else:
+                message[key] = value
 
     def _tool_call(self, choice: int, tc: Json) -> None:
         calls = self.tool_calls.setdefault(choice, {})
         index = tc.get("index", len(calls))
-        call = calls.setdefault(
-            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
-        )
+        call = calls.get(index)
+        if call is None:
+            call = calls[index] = {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
         if tc.get("id"):
             call["id"] = tc["id"]
         if tc.get("type"):
             call["type"] = tc["type"]
         fn = tc.get("function") or {}
-        call["function"]["name"] += fn.get("name") or ""
-        call["function"]["arguments"] += fn.get("arguments") or ""
+        if fn.get("name"):
+            call["function"]["name"].append(fn["name"])
+        if fn.get("arguments"):
+            call["function"]["arguments"].append(fn["arguments"])
 
     def result(self) -> Json | None:
         if not self.seen_chunk:
             return None
+        if self.top.get("object", "chat.completion.chunk") != "chat.completion.chunk":
+            self._unknown(str(self.top["object"]))
         out: dict[str, Any] = {"id": self.top.get("id"), "object": "chat.completion"}
-        out.update({k: v for k, v in self.top.items() if k != "id"})
+        out.update({k: v for k, v in self.top.items() if k not in ("id", "object") and v is not None})
         choices = []
         for index in sorted(self.choices):
-            slot = self.choices[index]
+            slot = copy.deepcopy(self.choices[index])
+            message = slot["message"]
+            for (choice, field), parts in self.text.items():
+                if choice == index:
+                    message[field] = "".join(parts)
+            if "function_call" in message:
+                fc = message["function_call"]
+                message["function_call"] = {
+                    "name": "".join(fc["name"]),
+                    "arguments": "".join(fc["arguments"]),
+                }
             calls = self.tool_calls.get(index)
             if calls:
-                slot["message"]["tool_calls"] = [calls[i] for i in sorted(calls)]
+                message["tool_calls"] = [_joined_call(calls[i]) for i in sorted(calls)]
             choices.append(slot)
         out["choices"] = choices
         out["usage"] = self.usage
@@ -170,6 +183,11 @@ class ChatReassembler:
     def error_tail(self, message: str) -> bytes:
         # OpenAI SDKs raise on a chunk carrying `error`; no [DONE] follows, so nobody takes it for an end.
         return encode_event(json.dumps(openai_error_body(502, message)))
+
+
+def _joined_call(call: Json) -> Json:
+    fn = call["function"]
+    return {**call, "function": {"name": "".join(fn["name"]), "arguments": "".join(fn["arguments"])}}
 
 
 CODEC = ChatCodec()

@@ -9,7 +9,7 @@ import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, usage_record
+from harnessproxy.proxy.codecs import Json, loads, usage_record
 from harnessproxy.proxy.codecs.openai_chat import openai_error_body
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
@@ -47,6 +47,8 @@ class ResponsesReassembler:
         self.snapshot: Json | None = None
         self.final: Json | None = None
         self.items: dict[int, Json] = {}
+        # fragments per (output_index, field, part index), joined once in result(): += would be quadratic
+        self.parts: dict[tuple[int, str, int, str], list[str]] = {}
         self.last_sequence = -1
         self.unknown_event_types: list[str] = []
         self.error: Json | None = None
@@ -56,7 +58,7 @@ class ResponsesReassembler:
         if event.comment is not None or not event.data:
             return
         try:
-            data = json.loads(event.data)
+            data = loads(event.data)
         except json.JSONDecodeError:
             self._unknown(event.event or "<invalid json>")
             return
@@ -88,6 +90,9 @@ class ResponsesReassembler:
         index = data.get("output_index", 0)
         if kind == "response.output_item.added" or kind == "response.output_item.done":
             self.items[index] = copy.deepcopy(data.get("item") or {})
+            if kind.endswith(".done"):  # authoritative: drop fragments gathered for this item
+                for key in [k for k in self.parts if k[0] == index]:
+                    del self.parts[key]
             return
         item = self.items.setdefault(index, {})
         if kind == "response.content_part.added":
@@ -98,28 +103,42 @@ class ResponsesReassembler:
             "response.refusal.delta",
         ):
             field = "refusal" if kind == "response.refusal.delta" else "text"
-            part = _part(item, "content", data.get("content_index", 0))
-            part[field] = part.get(field, "") + data.get("delta", "")
+            self._fragment(index, "content", data.get("content_index", 0), field, data.get("delta", ""))
         elif kind == "response.reasoning_summary_part.added":
             item.setdefault("summary", []).append(copy.deepcopy(data.get("part") or {}))
         elif kind == "response.reasoning_summary_text.delta":
-            part = _part(item, "summary", data.get("summary_index", 0))
-            part["text"] = part.get("text", "") + data.get("delta", "")
+            self._fragment(index, "summary", data.get("summary_index", 0), "text", data.get("delta", ""))
         elif kind == "response.function_call_arguments.delta":
-            item["arguments"] = item.get("arguments", "") + data.get("delta", "")
-        elif kind == "response.function_call_arguments.done":
-            item["arguments"] = data.get("arguments", item.get("arguments", ""))
+            self._fragment(index, "", 0, "arguments", data.get("delta", ""))
         elif kind == "response.custom_tool_call_input.delta":
-            item["input"] = item.get("input", "") + data.get("delta", "")
-        elif kind == "response.custom_tool_call_input.done":
-            item["input"] = data.get("input", item.get("input", ""))
+            self._fragment(index, "", 0, "input", data.get("delta", ""))
+        elif kind in ("response.function_call_arguments.done", "response.custom_tool_call_input.done"):
+            field = "arguments" if "arguments" in kind else "input"
+            self.parts[(index, "", 0, field)] = [data.get(field, "")]
         elif kind.endswith(".done") or kind.endswith(".added") or kind.endswith(".delta"):
             pass  # the matching output_item.done carries the authoritative item
         else:
             self._unknown(kind)
 
+    def _fragment(self, index: int, container: str, sub: int, field: str, text: str) -> None:
+        key = (index, container, sub, field)
+        parts = self.parts.get(key)
+        if parts is None:
+            item = self.items[index]
+            start = _part(item, container, sub).get(field, "") if container else item.get(field, "")
+            parts = self.parts[key] = [start]
+        parts.append(text)
+
+    def _items(self) -> list[Json]:
+        for (index, container, sub, field), parts in self.parts.items():
+            item = self.items[index]
+            target = _part(item, container, sub) if container else item
+            target[field] = "".join(parts)
+        self.parts.clear()
+        return [self.items[i] for i in sorted(self.items)]
+
     def result(self) -> Json | None:
-        built = [self.items[i] for i in sorted(self.items)]
+        built = self._items()
         if self.final is not None:
             if not self.final.get("output") and built:
                 self.final["output"] = built
@@ -132,7 +151,7 @@ class ResponsesReassembler:
 
     def error_tail(self, message: str) -> bytes:
         response: dict[str, Any] = dict(self.snapshot or {"object": "response"})
-        response["output"] = [self.items[i] for i in sorted(self.items)]
+        response["output"] = self._items()
         response["status"] = "failed"
         response["error"] = {"code": "server_error", "message": message}
         body = {"type": "response.failed", "sequence_number": self.last_sequence + 1, "response": response}
