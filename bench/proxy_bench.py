@@ -44,6 +44,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cpu_s(pid: int | None) -> float:
+    """User+system CPU seconds of a process and its children threads (robust to this VM's steal time)."""
+    if not pid:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int, field_name: str = "VmRSS") -> float:
     total = 0.0
     pids = [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -74,6 +82,9 @@ class Result:
     lat1: list[float] = field(default_factory=list)
     lat64: list[float] = field(default_factory=list)
     rounds_rps: list[float] = field(default_factory=list)
+    cpu: float = 0.0  # CPU seconds the target spent on the measured calls
+    calls: int = 0
+    paced: list[float] = field(default_factory=list)
     rss_idle: float | None = None
     rss_peak: float | None = None
     events: int = 0
@@ -88,9 +99,9 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] * 1000
 
 
-async def one(http: aiohttp.ClientSession, url: str) -> tuple[float, int]:
+async def one(http: aiohttp.ClientSession, url: str, body: dict = BODY) -> tuple[float, int]:
     t = time.perf_counter()
-    async with http.post(url, json=BODY, headers=HEADERS) as r:
+    async with http.post(url, json=body, headers=HEADERS) as r:
         data = await r.read()
     if r.status != 200 or not data.rstrip().endswith(b"[DONE]"):
         raise RuntimeError(f"bad response {r.status}: {data[:200]!r}")
@@ -105,6 +116,7 @@ async def measure_round(res: Result, base: str, n: int, pid: int | None) -> None
             _, res.events = await one(http, url)
         if pid and res.rss_idle is None:
             res.rss_idle = rss_mb(pid)
+        cpu0 = cpu_s(pid)
         for _ in range(n):
             res.lat1.append((await one(http, url))[0])
         peak = res.rss_peak or 0.0
@@ -126,9 +138,26 @@ async def measure_round(res: Result, base: str, n: int, pid: int | None) -> None
         t = time.perf_counter()
         await asyncio.gather(*(worker(per) for _ in range(64)))
         res.rounds_rps.append(64 * per / (time.perf_counter() - t))
+        res.cpu += cpu_s(pid) - cpu0
+        res.calls += n + 64 * per
         stop.set()
         await sampler
         res.rss_peak = peak if pid else None
+
+
+PACED = {**BODY, "model": "chat_text@repeat=100,delay=0.005"}  # ~200 events/s per stream, like a fast model
+
+
+async def measure_paced(res: Result, base: str, n: int) -> None:
+    """64 concurrent streams at a model-like pace: what an agent actually sees added."""
+    url = base + "/v1/chat/completions"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+
+        async def worker() -> None:
+            for _ in range(n):
+                res.paced.append((await one(http, url, PACED))[0])
+
+        await asyncio.gather(*(worker() for _ in range(64)))
 
 
 def spawn(argv: list[str], env: dict | None = None) -> subprocess.Popen:
@@ -234,6 +263,10 @@ async def main() -> None:
         for _ in range(args.rounds):
             for res, (_, base, proc) in zip(results, targets, strict=True):
                 await measure_round(res, base, args.requests // args.rounds, proc.pid if proc else None)
+        for _ in range(2):
+            for res, (name, base, _) in zip(results, targets, strict=True):
+                if not name.startswith("litellm"):  # at ~6 calls/s it cannot keep 64 paced streams
+                    await measure_paced(res, base, 1)
     finally:
         for proc in procs:
             proc.terminate()
@@ -246,17 +279,31 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     d = results[0]
     print(
         f"\n{d.events} SSE events per call; c=1: {len(d.lat1)} calls, c=64: {len(d.lat64)} calls per target, "
-        f"in {args.rounds} interleaved rounds; {os.cpu_count()} cores; '+' and 'tput' are against 'direct' "
-        "(same upstream, same run); tput = median round throughput at c=64\n"
+        f"in {args.rounds} interleaved rounds; {os.cpu_count()} cores. '+' = added vs direct, tput = median "
+        "round throughput at c=64 vs direct, CPU = the target process's CPU per call, paced = 64 streams at "
+        "~200 events/s (5 ms apart), like a fast model\n"
     )
-    head = (
-        f"{'target':32} {'p50 c1':>8} {'p99 c1':>8} {'+p50 c1':>8} {'+p99 c1':>8} {'p50 c64':>8} "
-        f"{'p99 c64':>8} {'rps c64':>8} {'tput':>6} {'RSS idle':>9} {'RSS c64':>8}"
-    )
-    print(head)
-    print("-" * len(head))
+    cols = [
+        "target",
+        "p50 c1",
+        "p99 c1",
+        "+p50 c1",
+        "+p99 c1",
+        "p50 c64",
+        "p99 c64",
+        "rps c64",
+        "tput",
+        "CPU/call",
+        "RSS idle",
+        "RSS c64",
+        "+p50 paced",
+        "+p99 paced",
+    ]
+    print(f"| {' | '.join(cols)} |")
+    print("|" + "---|" * len(cols))
     rows = []
     for r in results:
+        paced = bool(r.paced and d.paced)
         row = {
             "target": r.name,
             "p50_c1_ms": pct(r.lat1, 0.5),
@@ -267,16 +314,26 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
             "p99_c64_ms": pct(r.lat64, 0.99),
             "rps_c64": r.rps64,
             "throughput_vs_direct": r.rps64 / d.rps64,
+            "cpu_ms_per_call": r.cpu / r.calls * 1000 if r.calls and r.cpu else None,
             "rss_idle_mb": r.rss_idle,
             "rss_peak_c64_mb": r.rss_peak,
+            "added_p50_paced_ms": pct(r.paced, 0.5) - pct(d.paced, 0.5) if paced else None,
+            "added_p99_paced_ms": pct(r.paced, 0.99) - pct(d.paced, 0.99) if paced else None,
         }
         rows.append(row)
-        rss = lambda v: f"{v:.0f} MB" if v else "-"  # noqa: E731
+
+        def f(v: float | None, fmt: str, unit: str = "") -> str:
+            return "-" if v is None else format(v, fmt) + unit
+
         print(
-            f"{r.name:32} {row['p50_c1_ms']:8.2f} {row['p99_c1_ms']:8.2f} {row['added_p50_c1_ms']:8.2f} "
-            f"{row['added_p99_c1_ms']:8.2f} {row['p50_c64_ms']:8.1f} {row['p99_c64_ms']:8.1f} {r.rps64:8.0f} "
-            f"{row['throughput_vs_direct']:5.2f}x {rss(r.rss_idle):>9} {rss(r.rss_peak):>8}"
+            f"| {r.name} | {row['p50_c1_ms']:.2f} | {row['p99_c1_ms']:.2f} | {row['added_p50_c1_ms']:.2f} | "
+            f"{row['added_p99_c1_ms']:.2f} | {row['p50_c64_ms']:.0f} | {row['p99_c64_ms']:.0f} | "
+            f"{r.rps64:.0f} | "
+            f"{row['throughput_vs_direct']:.2f}x | {f(row['cpu_ms_per_call'], '.2f', ' ms')} | "
+            f"{f(r.rss_idle, '.0f', ' MB')} | {f(r.rss_peak, '.0f', ' MB')} | "
+            f"{f(row['added_p50_paced_ms'], '.2f')} | {f(row['added_p99_paced_ms'], '.2f')} |"
         )
+    print("\nlatencies in ms")
     ours = next(r for r in rows if r["target"] == "harnessproxy")
     for other in rows[2:]:
         print(
