@@ -145,7 +145,7 @@ async def measure_round(res: Result, base: str, n: int, pid: int | None) -> None
         res.rss_peak = peak if pid else None
 
 
-PACED = {**BODY, "model": "chat_text@repeat=100,delay=0.005"}  # ~200 events/s per stream, like a fast model
+PACED = {**BODY, "model": "chat_text@repeat=25,delay=0.02"}  # 54 events at ~50/s per stream, like a model
 
 
 async def measure_paced(res: Result, base: str, n: int) -> None:
@@ -280,8 +280,8 @@ def report(results: list[Result], args: argparse.Namespace) -> None:
     print(
         f"\n{d.events} SSE events per call; c=1: {len(d.lat1)} calls, c=64: {len(d.lat64)} calls per target, "
         f"in {args.rounds} interleaved rounds; {os.cpu_count()} cores. '+' = added vs direct, tput = median "
-        "round throughput at c=64 vs direct, CPU = the target process's CPU per call, paced = 64 streams at "
-        "~200 events/s (5 ms apart), like a fast model\n"
+        "round throughput at c=64 vs direct, CPU = the target process's CPU per call, paced = 64 streams of "
+        "54 events 20 ms apart (~1 s per call, like a model streaming 50 tokens/s)\n"
     )
     cols = [
         "target",

@@ -22,7 +22,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Piped output (CI logs, `| less`) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file.")]

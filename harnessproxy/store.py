@@ -3,6 +3,7 @@ resume never duplicates a call."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -42,11 +43,9 @@ def call_row(r: dict[str, Any]) -> tuple[Any, ...]:
     body_text = request.get("body") if request.get("body_encoding") == "utf-8" else None
     request_body = None
     if body_text is not None:
-        try:
+        with contextlib.suppress(json.JSONDecodeError):
             json.loads(body_text)
             request_body = body_text  # verbatim: the JSON type keeps the text as sent
-        except json.JSONDecodeError:
-            pass
     extra = {}
     if request_body is None and request.get("body") is not None:
         extra["request_body_raw"] = request.get("body")
@@ -54,10 +53,12 @@ def call_row(r: dict[str, Any]) -> tuple[Any, ...]:
     response_body = (
         response.pop("reassembled", None) if "reassembled" in response else response.pop("body", None)
     )
-    raw_sse = response.get("raw_sse")
-    events = (
-        events_of(raw_sse) if isinstance(raw_sse, str) and response.get("raw_sse_encoding") is None else None
-    )
+    # The journal keeps the stream byte for byte; DuckDB keeps its events (data verbatim), not a second copy.
+    raw_sse = response.pop("raw_sse", None)
+    if isinstance(raw_sse, str) and response.get("raw_sse_encoding") is None:
+        events = events_of(raw_sse)
+    else:
+        events = None
     usage = r.get("usage") or {}
     error = r.get("error") or {}
     return (

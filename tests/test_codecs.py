@@ -13,7 +13,8 @@ from harnessproxy.proxy.sse import SSEParser
 from harnessproxy.resources import GOLDENS
 from tests.conftest import golden_bytes, golden_json
 
-STREAMS = sorted(p.stem for p in GOLDENS.glob("*.sse"))
+# every golden stream that has a non-streaming twin (anthropic_malformed has none on purpose)
+STREAMS = sorted(p.stem for p in GOLDENS.glob("*.sse") if p.with_suffix(".json").exists())
 PROTOCOL = {"anthropic": "anthropic", "chat": "openai_chat", "responses": "openai_responses"}
 
 

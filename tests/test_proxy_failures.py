@@ -17,7 +17,7 @@ from harnessproxy.api import RunningProxy, start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
 from harnessproxy.proxy.sse import events_of
 from harnessproxy.proxy.upstream import HttpUpstream
-from tests.conftest import AGENT_KEY, last, records
+from tests.conftest import AGENT_KEY, golden_bytes, last, records
 
 MSGS = [{"role": "user", "content": "hi"}]
 ANTHROPIC_HEADERS = {"anthropic-version": "2023-06-01", "x-api-key": AGENT_KEY}
@@ -225,3 +225,16 @@ async def test_garbage_gzip_is_a_clear_400(proxy: RunningProxy) -> None:
     )
     assert status == 400
     assert json.loads(body)["error"]["message"].startswith("could not read the request body")
+
+
+async def test_an_event_the_codec_chokes_on_never_breaks_the_stream(proxy: RunningProxy) -> None:
+    async with aiohttp.ClientSession() as http:
+        body = {"model": "anthropic_malformed", "messages": MSGS, "stream": True, "max_tokens": 5}
+        async with http.post(proxy.url + "/v1/messages", json=body, headers=ANTHROPIC_HEADERS) as r:
+            received = await r.read()
+    assert received == golden_bytes("anthropic_malformed")  # the agent got every byte
+    rec = last(proxy)
+    assert rec["error"] is None and rec["incomplete"] is False
+    assert rec["response"]["reassembly_errors"] == ["KeyError: 'index'"]
+    assert rec["response"]["reassembled"]["content"] == [{"type": "text", "text": "still here"}]
+    assert rec["stop_reason"] == "end_turn"

@@ -15,10 +15,10 @@ from typing import Any
 
 from aiohttp import web
 
-from harnessproxy.proxy.codecs import Codec, Json, get_codec, loads
+from harnessproxy.proxy.codecs import Codec, Json, Reassembler, get_codec, loads
 from harnessproxy.proxy.record import CallRecord, Journal, body_text, redact
 from harnessproxy.proxy.routes import Route, refine_kind, route
-from harnessproxy.proxy.sse import SSEParser
+from harnessproxy.proxy.sse import SSEEvent, SSEParser
 from harnessproxy.proxy.upstream import (
     HOP_BY_HOP,
     Upstream,
@@ -246,31 +246,32 @@ class ProxyServer:
         await resp.prepare(request)
         parser = SSEParser()
         reasm = codec.reassembler()
-        raw: list[
-            bytes
-        ] = []  # the stream exactly as received; the event list is derived from it at load time
+        # the stream exactly as received; the event list is derived from it at load time
+        raw: list[bytes] = []
         broken: str | None = None
         held = b""  # bytes of an unfinished event: forwarded once it ends, dropped if the stream breaks
+        unparsed = b""
         try:
             async for chunk in up.chunks():
                 if rec.first_byte_at is None:
                     rec.first_byte_at = time.time()
+                raw.append(chunk)  # recorded before forwarding: a client hanging up mid-write loses nothing
+                unparsed = chunk
                 ready, held = split_at_event_end(held + chunk)
                 if ready:
                     await resp.write(ready)
-                raw.append(chunk)
-                for event in parser.feed(chunk):
-                    reasm.feed(event)
+                unparsed = b""
+                _feed(rec, reasm, parser.feed(chunk))
         except UpstreamBroken as exc:
             broken = str(exc)
         except (asyncio.CancelledError, ConnectionResetError):
-            _stream_result(rec, codec, reasm, raw)  # the client hung up: keep what arrived
+            _feed(rec, reasm, parser.feed(unparsed))  # the client hung up: keep all that arrived
+            _stream_result(rec, codec, reasm, raw)
             raise
         if broken is None:
             if held:
                 await resp.write(held)
-            for event in parser.flush():
-                reasm.feed(event)
+            _feed(rec, reasm, parser.flush())
         _stream_result(rec, codec, reasm, raw)
         if broken is not None:
             rec.fail("upstream_reset", broken, incomplete=True)
@@ -306,8 +307,21 @@ def split_at_event_end(data: bytes) -> tuple[bytes, bytes]:
     return data[:end], data[end:]
 
 
-def _stream_result(rec: CallRecord, codec: Codec, reasm: Any, raw: list[bytes]) -> None:
-    final = reasm.result()
+def _feed(rec: CallRecord, reasm: Reassembler, events: list[SSEEvent]) -> None:
+    """Reassembly is a side job: an event the codec chokes on is noted, and the stream goes on untouched."""
+    for event in events:
+        try:
+            reasm.feed(event)
+        except Exception as exc:
+            rec.response.setdefault("reassembly_errors", []).append(f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _stream_result(rec: CallRecord, codec: Codec, reasm: Reassembler, raw: list[bytes]) -> None:
+    try:
+        final = reasm.result()
+    except Exception as exc:
+        final = None
+        rec.response.setdefault("reassembly_errors", []).append(f"{type(exc).__name__}: {exc}"[:500])
     text, encoding = body_text(b"".join(raw))
     rec.response.update(
         reassembled=final,
