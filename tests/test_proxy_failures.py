@@ -238,3 +238,38 @@ async def test_an_event_the_codec_chokes_on_never_breaks_the_stream(proxy: Runni
     assert rec["response"]["reassembly_errors"] == ["KeyError: 'index'"]
     assert rec["response"]["reassembled"]["content"] == [{"type": "text", "text": "still here"}]
     assert rec["stop_reason"] == "end_turn"
+
+
+async def test_gzip_upstream_body_is_decoded_for_the_record_and_the_agent(proxy: RunningProxy) -> None:
+    async with aiohttp.ClientSession(auto_decompress=False) as http:
+        body = {"model": "chat_text@gzip=1", "messages": MSGS}
+        async with http.post(proxy.url + "/v1/chat/completions", json=body) as r:
+            assert "content-encoding" not in r.headers  # re-framed: no stale encoding or length
+            data = await r.read()
+    assert json.loads(data)["choices"][0]["message"]["content"] == "Done: the command ran. FINAL_ANSWER_OK"
+    assert last(proxy)["response"]["body"]["usage"]["completion_tokens"] == 6
+
+
+async def test_hop_by_hop_headers_dropped_protocol_headers_kept(
+    proxy: RunningProxy, upstream: ScriptedUpstream
+) -> None:
+    headers = {
+        **ANTHROPIC_HEADERS,
+        "anthropic-beta": "interleaved-thinking-2025-05-14",
+        "x-claude-code-session-id": "s-1",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "must not travel",
+        "keep-alive": "timeout=5",
+        "te": "trailers",
+        "proxy-authorization": "Basic c2VjcmV0",
+    }
+    status, _ = await post(proxy.url + "/v1/messages", {"model": "anthropic_text", "messages": MSGS}, headers)
+    assert status == 200
+    sent = {k.lower(): v for k, v in upstream.requests[-1]["headers"].items()}
+    assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+    assert sent["anthropic-version"] == "2023-06-01"
+    assert sent["x-claude-code-session-id"] == "s-1"
+    for gone in ("x-hop", "keep-alive", "te", "proxy-authorization"):
+        assert gone not in sent
+    recorded = last(proxy)["request"]["headers"]
+    assert recorded["proxy-authorization"] == "[redacted]"  # the record shows what came in, minus secrets

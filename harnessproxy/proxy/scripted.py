@@ -11,11 +11,13 @@ golden. Options inject the faults the proxy must survive:
   hang=S       sleep S seconds before answering at all
   drop=1       reset the connection before any response (refused mid-request)
   repeat=N     (bench) repeat the golden's delta events to make a long stream
+  gzip=1       send a non-streaming body gzip-compressed (Content-Encoding: gzip)
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import signal
 import socket
@@ -117,9 +119,13 @@ class ScriptedUpstream:
         if not (self.goldens / f"{name}.sse").exists():
             name = _DEFAULT[r.protocol]
         if not body.get("stream"):
-            return web.Response(
-                body=(self.goldens / f"{name}.json").read_bytes(), content_type="application/json"
-            )
+            data = (self.goldens / f"{name}.json").read_bytes()
+            if "gzip" in opts:
+                return web.Response(
+                    body=gzip.compress(data),
+                    headers={"content-type": "application/json", "content-encoding": "gzip"},
+                )
+            return web.Response(body=data, content_type="application/json")
         return await self._stream(request, name, opts)
 
     async def _stream(self, request: web.Request, name: str, opts: dict[str, str]) -> web.StreamResponse:
