@@ -237,3 +237,20 @@ async def test_codex_compaction_call_kind(proxy: RunningProxy) -> None:
     ):
         assert r.status == 200
     assert last(proxy)["kind"] == "compaction"
+
+
+async def test_serves_on_an_already_made_socket(upstream: ScriptedUpstream, tmp_path: Path) -> None:
+    # The sandbox backends make the listening socket themselves (inside the sandbox's network namespace).
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    port = sock.getsockname()[1]
+    p = await start_proxy(upstream.url, rollout_id="from-socket", journal_dir=tmp_path, sock=sock)
+    try:
+        assert p.url == f"http://127.0.0.1:{port}"
+        await claude(p).messages.create(model="anthropic_text", max_tokens=5, messages=MSGS)
+    finally:
+        await p.stop()
+    assert [(r["rollout_id"], r["status"]) for r in records(p)] == [("from-socket", 200)]
