@@ -3,7 +3,8 @@ compatible servers use `HttpUpstream`; later the oracle and token-id upstreams p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Protocol
 
 import aiohttp
@@ -54,6 +55,17 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+@contextlib.contextmanager
+def _broken_body(on_timeout: type[Exception]) -> Iterator[None]:
+    """A body that stops mid-way: read timeout -> `on_timeout`, dropped connection -> UpstreamBroken."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise on_timeout("upstream stopped sending (read timeout)") from exc
+    except (aiohttp.ClientError, ConnectionError) as exc:
+        raise UpstreamBroken(f"upstream connection broke mid-response: {exc or type(exc).__name__}") from exc
+
+
 class _AiohttpResponse:
     def __init__(self, resp: aiohttp.ClientResponse) -> None:
         self._resp = resp
@@ -61,25 +73,13 @@ class _AiohttpResponse:
         self.headers = resp.headers
 
     async def chunks(self) -> AsyncIterator[bytes]:
-        try:
+        with _broken_body(UpstreamBroken):
             async for chunk in self._resp.content.iter_any():
                 yield chunk
-        except TimeoutError as exc:
-            raise UpstreamBroken("upstream stopped sending (read timeout)") from exc
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamBroken(
-                f"upstream connection broke mid-response: {exc or type(exc).__name__}"
-            ) from exc
 
     async def read(self) -> bytes:
-        try:
+        with _broken_body(UpstreamTimeout):
             return await self._resp.read()
-        except TimeoutError as exc:
-            raise UpstreamTimeout("upstream timed out while sending its response") from exc
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise UpstreamBroken(
-                f"upstream connection broke mid-response: {exc or type(exc).__name__}"
-            ) from exc
 
     def close(self) -> None:
         self._resp.close()

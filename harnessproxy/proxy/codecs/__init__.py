@@ -52,6 +52,33 @@ def loads(data: str | bytes) -> Any:
         return json.loads(data)
 
 
+class ReassemblerBase:
+    """What every reassembler shares: the state the server reads, and tolerant event parsing."""
+
+    def __init__(self) -> None:
+        self.unknown_event_types: list[str] = []
+        self.error: Json | None = None
+        self.terminated = False
+
+    def _unknown(self, kind: str) -> None:
+        if kind not in self.unknown_event_types:
+            self.unknown_event_types.append(kind)
+
+    def _parse(self, event: SSEEvent) -> Json | None:
+        """The event's JSON object, or None (comment, empty, not JSON, not an object: noted, never raised)."""
+        if event.comment is not None or not event.data:
+            return None
+        try:
+            data = loads(event.data)
+        except json.JSONDecodeError:
+            self._unknown(event.event or "<invalid json>")
+            return None
+        if not isinstance(data, dict):
+            self._unknown("<non-object>")
+            return None
+        return data
+
+
 def usage_record(
     input_tokens: Any = None, output_tokens: Any = None, cache_read: Any = None, cache_creation: Any = None
 ) -> Json:

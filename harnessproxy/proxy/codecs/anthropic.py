@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, loads, usage_record
+from harnessproxy.proxy.codecs import Json, ReassemblerBase, loads, usage_record
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
 _ERROR_TYPES = {
@@ -58,34 +58,23 @@ class AnthropicCodec:
         return AnthropicReassembler()
 
 
-class AnthropicReassembler:
+class AnthropicReassembler(ReassemblerBase):
     def __init__(self) -> None:
+        super().__init__()
         self.message: Json | None = None
         self.blocks: dict[int, Json] = {}
         self.parts: dict[tuple[int, str], list[str]] = {}  # joined once in result(): += would be quadratic
         self.partial_json: dict[int, list[str]] = {}
-        self.unknown_event_types: list[str] = []
-        self.error: Json | None = None
-        self.terminated = False
 
     def feed(self, event: SSEEvent) -> None:
-        if event.comment is not None or not event.data:
+        data = self._parse(event)
+        if data is None:
             return
-        try:
-            data = loads(event.data)
-        except json.JSONDecodeError:
-            self._unknown(event.event or "<invalid json>")
-            return
-        kind = data.get("type") if isinstance(data, dict) else None
-        kind = kind or event.event
+        kind = data.get("type") or event.event
         if kind not in _KNOWN_EVENTS:
             self._unknown(str(kind))
             return
         getattr(self, f"_on_{kind}")(data)
-
-    def _unknown(self, kind: str) -> None:
-        if kind not in self.unknown_event_types:
-            self.unknown_event_types.append(kind)
 
     def _on_message_start(self, data: Json) -> None:
         self.message = copy.deepcopy(data.get("message") or {})

@@ -7,7 +7,7 @@ import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, loads, usage_record
+from harnessproxy.proxy.codecs import Json, ReassemblerBase, loads, usage_record
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
 _ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error"}
@@ -20,14 +20,18 @@ def openai_error_body(status: int, message: str) -> Json:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-class ChatCodec:
-    name = "openai_chat"
+class OpenAICodecBase:
+    """Both OpenAI protocols authenticate and report errors the same way."""
 
     def auth_headers(self, key: str) -> dict[str, str]:
         return {"authorization": f"Bearer {key}"}
 
     def error_body(self, status: int, message: str) -> Json:
         return openai_error_body(status, message)
+
+
+class ChatCodec(OpenAICodecBase):
+    name = "openai_chat"
 
     def usage(self, response: Json | None) -> Json:
         u = (response or {}).get("usage") or {}
@@ -42,18 +46,16 @@ class ChatCodec:
         return ChatReassembler()
 
 
-class ChatReassembler:
+class ChatReassembler(ReassemblerBase):
     """Fragments are collected in lists and joined once in result(): string += in a loop is quadratic."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.top: Json = {}
         self.choices: dict[int, Json] = {}
         self.text: dict[tuple[int, str], list[str]] = {}
         self.tool_calls: dict[int, dict[int, Json]] = {}
         self.usage: Json | None = None
-        self.unknown_event_types: list[str] = []
-        self.error: Json | None = None
-        self.terminated = False
         self.seen_chunk = False
 
     def feed(self, event: SSEEvent) -> None:
@@ -82,10 +84,6 @@ class ChatReassembler:
         self.top.update(chunk)  # id, created, model, system_fingerprint, vLLM prompt_token_ids, ...
         for ch in choices or ():
             self._choice(ch)
-
-    def _unknown(self, kind: str) -> None:
-        if kind not in self.unknown_event_types:
-            self.unknown_event_types.append(kind)
 
     def _choice(self, ch: Json) -> None:
         index = ch.get("index", 0)

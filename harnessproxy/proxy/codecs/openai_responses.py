@@ -9,22 +9,16 @@ import copy
 import json
 from typing import Any
 
-from harnessproxy.proxy.codecs import Json, loads, usage_record
-from harnessproxy.proxy.codecs.openai_chat import openai_error_body
+from harnessproxy.proxy.codecs import Json, ReassemblerBase, usage_record
+from harnessproxy.proxy.codecs.openai_chat import OpenAICodecBase
 from harnessproxy.proxy.sse import SSEEvent, encode_event
 
 _TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 _SNAPSHOT = {"response.created", "response.in_progress", "response.queued"}
 
 
-class ResponsesCodec:
+class ResponsesCodec(OpenAICodecBase):
     name = "openai_responses"
-
-    def auth_headers(self, key: str) -> dict[str, str]:
-        return {"authorization": f"Bearer {key}"}
-
-    def error_body(self, status: int, message: str) -> Json:
-        return openai_error_body(status, message)
 
     def usage(self, response: Json | None) -> Json:
         u = (response or {}).get("usage") or {}
@@ -42,28 +36,19 @@ class ResponsesCodec:
         return ResponsesReassembler()
 
 
-class ResponsesReassembler:
+class ResponsesReassembler(ReassemblerBase):
     def __init__(self) -> None:
+        super().__init__()
         self.snapshot: Json | None = None
         self.final: Json | None = None
         self.items: dict[int, Json] = {}
         # fragments per (output_index, field, part index), joined once in result(): += would be quadratic
         self.parts: dict[tuple[int, str, int, str], list[str]] = {}
         self.last_sequence = -1
-        self.unknown_event_types: list[str] = []
-        self.error: Json | None = None
-        self.terminated = False
 
     def feed(self, event: SSEEvent) -> None:
-        if event.comment is not None or not event.data:
-            return
-        try:
-            data = loads(event.data)
-        except json.JSONDecodeError:
-            self._unknown(event.event or "<invalid json>")
-            return
-        if not isinstance(data, dict):
-            self._unknown("<non-object>")
+        data = self._parse(event)
+        if data is None:
             return
         kind = data.get("type") or event.event or ""
         if isinstance(data.get("sequence_number"), int):
@@ -81,10 +66,6 @@ class ResponsesReassembler:
             self._item_event(kind, data)
         else:
             self._unknown(kind)
-
-    def _unknown(self, kind: str) -> None:
-        if kind not in self.unknown_event_types:
-            self.unknown_event_types.append(kind)
 
     def _item_event(self, kind: str, data: Json) -> None:
         index = data.get("output_index", 0)
