@@ -169,6 +169,61 @@ def scripted_upstream(
     serve_forever(host, port, lambda url: console.print(f"scripted upstream on {url}", highlight=False))
 
 
+sandbox_app = typer.Typer(
+    help="Run commands in isolated sandboxes (what an agent sees).", no_args_is_help=True
+)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+@sandbox_app.command("run", context_settings={"allow_interspersed_args": False})
+def sandbox_run(
+    cmd: Annotated[list[str], typer.Argument(help="The command and its arguments (after --).")],
+    workspace: Annotated[Path, typer.Option(help="Folder the sandbox sees, copy-on-write; never modified.")],
+    timeout: Annotated[
+        float | None, typer.Option(help="Kill the command's whole tree after S seconds.")
+    ] = None,
+    backend: Annotated[str, typer.Option(help="Sandbox backend.")] = "local",
+) -> None:
+    """Run one command in a fresh sandbox over DIR; print its output, exit code and the diff."""
+    from harnessproxy.sandbox import SandboxError, SandboxSpec
+    from harnessproxy.sandbox.local import LocalSandbox
+
+    if backend != "local":
+        _fail(f"unknown backend {backend!r} (available: local)")
+    sb = LocalSandbox(SandboxSpec(workspace.resolve()))
+    try:
+        sb.start()
+        result = sb.exec(cmd, timeout=timeout)
+        diff = sb.diff()
+    except SandboxError as exc:
+        _fail(str(exc))
+    finally:
+        sb.stop()
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    status = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+    err.print(f"[bold]{status}[/] in {result.duration_s:.2f}s", highlight=False)
+    if diff.empty:
+        err.print("no change to the workspace")
+    else:
+        err.print(
+            f"changed: +{len(diff.added)} ~{len(diff.modified)} -{len(diff.deleted)}"
+            + (f" (binary: {', '.join(diff.binary)})" if diff.binary else ""),
+            highlight=False,
+        )
+        sys.stdout.write(diff.patch)
+    raise typer.Exit(124 if result.timed_out else min(max(result.exit_code, 0), 255))
+
+
+@sandbox_app.command("gc")
+def sandbox_gc() -> None:
+    """Remove sandboxes (processes, mounts, state) left behind by a killed controller."""
+    from harnessproxy.sandbox.local import gc
+
+    removed = gc()
+    console.print(f"removed {len(removed)} sandbox(es)" + (f": {', '.join(removed)}" if removed else ""))
+
+
 @app.command()
 def version() -> None:
     """Print the harnessproxy version."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# All set-up on a fresh Debian 12 machine: Debian packages, then a virtualenv (.venv) with harnessproxy and
-# its dev tools (pytest, the official anthropic/openai SDKs used as real clients, ruff). Safe to re-run.
+# All set-up on a fresh Debian 12 machine: Debian packages (python3-venv, git, bubblewrap), then a virtualenv
+# (.venv) with harnessproxy and its dev tools (pytest, the official anthropic/openai SDKs used as real
+# clients, ruff). Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ need=()
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 command -v git >/dev/null 2>&1 || need+=(git)
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)  # the local sandbox
+command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: installing Debian packages: ${need[*]}"
     $SUDO apt-get update -qq

@@ -1,0 +1,79 @@
+"""Sandboxes: one per rollout, whose only network is the rollout's own proxy.
+
+`Sandbox` is the small interface the controller uses; backends live beside it (`local`: bubblewrap)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class SandboxError(Exception):
+    """An infrastructure failure (the sandbox could not start, a mount failed): never the agent's fault."""
+
+
+@dataclass
+class SandboxSpec:
+    workspace: Path  # the task's files: the sandbox sees a copy-on-write view, this folder is never modified
+    workdir: str = "/workspace"  # where the workspace appears inside, and where commands start
+    env: dict[str, str] = field(default_factory=dict)
+    ro_mounts: dict[str, str] = field(
+        default_factory=dict
+    )  # host path -> sandbox path (e.g. the agent cache)
+
+
+@dataclass
+class ExecResult:
+    exit_code: int  # -N when killed by signal N
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+@dataclass
+class Diff:
+    """The rollout's change to the workspace."""
+
+    patch: str  # unified, git-style, text files only: `git apply` reproduces them
+    added: list[str] = field(default_factory=list)
+    modified: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    binary: list[str] = field(default_factory=list)  # changed files the patch cannot carry
+    archive: bytes = b""  # tar.gz of every added or modified file, binary included
+
+    @property
+    def empty(self) -> bool:
+        return not (self.added or self.modified or self.deleted)
+
+
+class Sandbox(Protocol):
+    spec: SandboxSpec
+
+    def start(self) -> None: ...
+
+    def exec(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult: ...
+
+    def read_file(self, path: str) -> bytes: ...
+
+    def write_file(self, path: str, data: bytes) -> None: ...
+
+    def listen(self, port: int = 0) -> socket.socket:
+        """A listening socket on 127.0.0.1 *inside* the sandbox's network, for the rollout's proxy."""
+        ...
+
+    def diff(self) -> Diff: ...
+
+    def stop(self) -> None: ...

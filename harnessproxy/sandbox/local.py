@@ -1,0 +1,402 @@
+"""The local backend: bubblewrap, no daemon.
+
+A long-lived holder process runs in fresh pid/ipc/uts/net/mount namespaces with a read-only view of the host's
+/usr, a generated minimal /etc, private /tmp, /proc and /dev, and the workspace: an overlay whose lower dir is
+the task's files (shared by every rollout, never written) and whose upper dir is exactly this rollout's change
+set. Commands enter the holder's namespaces with nsenter. The network namespace has loopback only; the
+rollout's proxy listens inside it (see `listen`).
+
+Debian 12's bubblewrap (0.8) has no --overlay, so the overlay is mounted by the host, which needs root. Each
+sandbox keeps its state under RUNTIME_ROOT/<id>; `gc()` removes what a killed controller left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox.changes import diff_overlay
+from harnessproxy.sandbox.netns import listen_in_netns
+
+RUNTIME_ROOT = Path(os.environ.get("HARNESSPROXY_RUNTIME", "/tmp/harnessproxy-sandboxes"))
+OUTPUT_CAP = 1 << 20  # bytes kept per stream of one exec
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SANDBOX_HOME = "/home/sandbox"
+_ETC = {
+    "passwd": "root:x:0:0:root:/root:/bin/sh\nsandbox:x:1000:1000:sandbox:/home/sandbox:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost\n::1 localhost\n",
+    "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    "hostname": "sandbox\n",
+}
+
+
+_ETC_BINDS = ("/etc/ssl", "/etc/ca-certificates", "/etc/alternatives")  # CA certificates, tool symlinks
+
+
+def _need(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise SandboxError(
+            f"the local sandbox needs `{tool}` (Debian: apt-get install bubblewrap util-linux)"
+        )
+    return path
+
+
+class LocalSandbox:
+    def __init__(self, spec: SandboxSpec, *, sandbox_id: str | None = None) -> None:
+        self.spec = spec
+        self.id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
+        self.state = RUNTIME_ROOT / self.id
+        self.lower = Path(spec.workspace).resolve()
+        self.upper = self.state / "upper"
+        self.merged = self.state / "merged"
+        self._holder: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None  # bwrap's init in the sandbox, as the host sees it: nsenter's target
+        self._sleeper: int | None = None  # the holder command, kept alive for the sandbox's lifetime
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError("the local sandbox mounts an overlay for the workspace and needs root here")
+        if not self.lower.is_dir():
+            raise SandboxError(f"workspace {self.lower} is not a directory")
+        bwrap, _ = _need("bwrap"), _need("nsenter")
+        for d in ("upper", "work", "merged", "etc"):
+            (self.state / d).mkdir(parents=True, exist_ok=True)
+        for name, text in _ETC.items():
+            (self.state / "etc" / name).write_text(text)
+        for extra in _ETC_BINDS:  # mount points for the host parts bound into the read-only /etc
+            (self.state / "etc" / Path(extra).name).mkdir(exist_ok=True)
+        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.state / 'work'}"
+        mount = subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", opts, str(self.merged)],
+            capture_output=True,
+            text=True,
+        )
+        if mount.returncode != 0:
+            self._cleanup_dirs()
+            raise SandboxError(f"overlay mount for the workspace failed: {mount.stderr.strip()}")
+        self._write_owner()
+        r, w = os.pipe()
+        try:
+            self._holder = subprocess.Popen(
+                [bwrap, *self._bwrap_args(), "--info-fd", str(w), "--", "/usr/bin/sleep", "infinity"],
+                pass_fds=(w,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+            os.close(w)
+            w = -1
+            info = _read_all(r)
+        finally:
+            if w >= 0:
+                os.close(w)
+            os.close(r)
+        try:
+            self.pid = int(json.loads(info)["child-pid"])
+        except (ValueError, KeyError):
+            self.pid = None
+        # bwrap reports its in-sandbox init (pid 1 there) before the mounts are done; the init starts the
+        # holder command only after, so a `sleep` child means the sandbox is ready.
+        self._sleeper = _wait_child(self.pid, "sleep", 10.0) if self.pid else None
+        if self._sleeper is None or self.exec(["true"], timeout=30).exit_code != 0:
+            if self._holder.poll() is None:
+                os.killpg(self._holder.pid, signal.SIGKILL)
+            err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr else ""
+            self.stop()
+            raise SandboxError(f"bubblewrap did not start: {err.strip() or 'the sandbox did not answer'}")
+        self._write_owner()
+
+    def _bwrap_args(self) -> list[str]:
+        args = [
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-net",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for top in ("bin", "sbin", "lib", "lib64", "lib32"):  # merged-/usr hosts: symlinks; else bind
+            host = Path("/") / top
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{top}"]
+        args += ["--ro-bind", str(self.state / "etc"), "/etc"]
+        for extra in _ETC_BINDS:
+            if Path(extra).is_dir():
+                args += ["--ro-bind", extra, extra]
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/run",
+            "--dir",
+            SANDBOX_HOME,
+            "--dir",
+            "/root",
+        ]
+        for host_path, inside in self.spec.ro_mounts.items():
+            args += ["--ro-bind", host_path, inside]
+        args += ["--bind", str(self.merged), self.spec.workdir, "--chdir", self.spec.workdir, "--clearenv"]
+        return args
+
+    def stop(self) -> None:
+        """Always cleans up, also after a failed start; safe to call twice."""
+        if self._holder is not None and self._holder.poll() is None:
+            os.killpg(self._holder.pid, signal.SIGKILL)
+            self._holder.wait()
+        _teardown(self.state)
+
+    # -- inside --------------------------------------------------------------------------------------
+    def exec(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        if self.pid is None:
+            raise SandboxError("exec on a sandbox that is not started")
+        full_env = {"PATH": DEFAULT_PATH, "HOME": SANDBOX_HOME, **self.spec.env, **(env or {})}
+        cmd = [
+            "nsenter",
+            "-t",
+            str(self.pid),
+            "-m",
+            "-u",
+            "-i",
+            "-n",
+            "-p",
+            "-r",
+            f"--wdns={cwd or self.spec.workdir}",
+            "--",
+            "/usr/bin/env",
+            "-i",
+            *(f"{k}={v}" for k, v in full_env.items()),
+            *argv,
+        ]
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        if stdin and proc.stdin:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        out, err, timed_out = self._collect(proc, timeout)
+        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+        return ExecResult(
+            exit_code=code,
+            stdout=out[:OUTPUT_CAP].decode(errors="replace"),
+            stderr=err[:OUTPUT_CAP].decode(errors="replace"),
+            duration_s=time.monotonic() - start,
+            timed_out=timed_out,
+            stdout_truncated=len(out) > OUTPUT_CAP,
+            stderr_truncated=len(err) > OUTPUT_CAP,
+        )
+
+    def _collect(self, proc: subprocess.Popen[bytes], timeout: float | None) -> tuple[bytes, bytes, bool]:
+        """Read both pipes until the command exits; a background child that keeps a pipe open does not hold
+        the call once the command itself is done. On timeout every process of the command's tree dies."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bufs = {"out": bytearray(), "err": bytearray()}
+        sel = selectors.DefaultSelector()
+        assert proc.stdout and proc.stderr
+        sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        sel.register(proc.stderr, selectors.EVENT_READ, "err")
+        exited_at: float | None = None
+        timed_out = False
+        while sel.get_map():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline and proc.poll() is None:
+                timed_out = True
+                self._kill_tree(proc)
+                deadline = None
+            if proc.poll() is not None:
+                exited_at = exited_at or now
+                if now - exited_at > 0.2:  # leftover background writers: stop listening to them
+                    break
+            for key, _ in sel.select(0.05):  # EOF wakes it at once; the tick serves timeouts and leftovers
+                chunk = os.read(key.fileobj.fileno(), 65536)  # type: ignore[union-attr]
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                elif len(bufs[key.data]) <= OUTPUT_CAP:
+                    bufs[key.data] += chunk
+        sel.close()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+        return bytes(bufs["out"]), bytes(bufs["err"]), timed_out
+
+    def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
+        """Kill every process in the sandbox but the holder: background children and setsid escapees too."""
+        keep = {self.pid, self._sleeper}
+        for pid in _pids_in_pidns(self.pid):
+            if pid not in keep:
+                _kill(pid)
+        proc.kill()
+
+    # -- files ---------------------------------------------------------------------------------------
+    def _host_path(self, path: str) -> Path:
+        """A workspace path (absolute inside the sandbox, or relative to the workdir) on the host side."""
+        rel = os.path.relpath(path, self.spec.workdir) if os.path.isabs(path) else path
+        target = (self.merged / rel).resolve()
+        if target != self.merged and self.merged not in target.parents:
+            raise SandboxError(f"{path} is outside the workspace {self.spec.workdir}")
+        return target
+
+    def read_file(self, path: str) -> bytes:
+        return self._host_path(path).read_bytes()
+
+    def write_file(self, path: str, data: bytes) -> None:
+        target = self._host_path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def listen(self, port: int = 0) -> socket.socket:
+        if self.pid is None:
+            raise SandboxError("listen on a sandbox that is not started")
+        return listen_in_netns(self.pid, "127.0.0.1", port)
+
+    def diff(self) -> Diff:
+        return diff_overlay(self.lower, self.upper)
+
+    def _write_owner(self) -> None:
+        """What gc needs to clean up after a controller that was killed before stop()."""
+        pidns = None
+        if self.pid:
+            with contextlib.suppress(OSError):
+                pidns = os.readlink(f"/proc/{self.pid}/ns/pid")
+        owner = {
+            "controller_pid": os.getpid(),
+            "holder_pid": self._holder.pid if self._holder else None,
+            "sandbox_pid": self.pid,
+            "pidns": pidns,
+        }
+        (self.state / "owner.json").write_text(json.dumps(owner))
+
+    def _cleanup_dirs(self) -> None:
+        shutil.rmtree(self.state, ignore_errors=True)
+
+    def __enter__(self) -> LocalSandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+        if b"}" in chunk:
+            break
+    return b"".join(chunks)
+
+
+def _wait_child(pid: int, comm: str, timeout: float) -> int | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                if Path(f"/proc/{child}/comm").read_text().strip() == comm:
+                    return int(child)
+        except OSError:
+            return None
+        time.sleep(0.001)
+    return None
+
+
+def _pids_in_pidns(pid: int) -> list[int]:
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == ns:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _teardown(state: Path) -> None:
+    merged = state / "merged"
+    if merged.is_dir() and os.path.ismount(merged):
+        subprocess.run(["umount", "-l", str(merged)], capture_output=True)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def gc() -> list[str]:
+    """Remove sandboxes whose controller is gone (killed): holder processes, overlay mounts, state dirs."""
+    removed = []
+    if not RUNTIME_ROOT.is_dir():
+        return removed
+    for state in sorted(RUNTIME_ROOT.iterdir()):
+        try:
+            owner = json.loads((state / "owner.json").read_text())
+        except (OSError, ValueError):
+            owner = {}
+        if _alive(owner.get("controller_pid")):
+            continue
+        holder = owner.get("holder_pid")
+        if _alive(holder):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(holder, signal.SIGKILL)
+        inner = owner.get("sandbox_pid")
+        with contextlib.suppress(OSError):  # only if that pid still is the sandbox's (pids get reused)
+            if inner and os.readlink(f"/proc/{inner}/ns/pid") == owner.get("pidns"):
+                for pid in _pids_in_pidns(inner):
+                    _kill(pid)
+        _teardown(state)
+        removed.append(state.name)
+    return removed
