@@ -18,7 +18,7 @@ import pytest
 
 from harnessproxy.api import start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
-from harnessproxy.sandbox import SandboxError, SandboxSpec
+from harnessproxy.sandbox import Limits, SandboxError, SandboxSpec
 from harnessproxy.sandbox.local import RUNTIME_ROOT, LocalSandbox, _pids_in_pidns, gc
 
 pytestmark = [
@@ -287,3 +287,37 @@ def test_cli_sandbox_run_shows_output_exit_and_diff_and_never_touches_dir(task: 
         [sys.executable, "-m", "harnessproxy.cli", "sandbox", "gc"], capture_output=True, text=True
     )
     assert r.returncode == 0 and "removed" in r.stdout
+
+
+@pytest.fixture
+def limited(task: Path):
+    sb = LocalSandbox(SandboxSpec(task, limits=Limits(cpus=0.5, memory_mb=96, pids=48, disk_mb=16)))
+    sb.start()
+    yield sb
+    sb.stop()
+
+
+def test_limits_say_how_they_are_enforced(limited: LocalSandbox) -> None:
+    applied = limited.limits_applied
+    assert applied["disk"] == "tmpfs"
+    assert {applied["memory"], applied["pids"], applied["cpu"]} <= {"cgroup v1", "cgroup v2"}, applied
+
+
+def test_fork_bomb_is_contained_and_reported(limited: LocalSandbox) -> None:
+    r = sh(limited, "bomb() { bomb | bomb & }; bomb; sleep 3", timeout=8)
+    assert "pids" in r.limits_hit
+    assert sh(limited, "echo still usable", timeout=30).stdout == "still usable\n"
+
+
+def test_memory_hog_is_killed_and_reported(limited: LocalSandbox) -> None:
+    r = limited.exec(["python3", "-c", "x = bytearray(400 * 1024 * 1024); print('survived')"], timeout=30)
+    assert r.exit_code == -9 and "survived" not in r.stdout
+    assert r.limits_hit == ["memory"]
+
+
+def test_disk_filler_is_contained_and_reported(limited: LocalSandbox) -> None:
+    r = sh(limited, "head -c 64000000 /dev/zero > big.bin; echo rc=$?", timeout=30)
+    assert "No space left on device" in r.stderr and "rc=1" in r.stdout
+    assert "disk" in r.limits_hit
+    r = sh(limited, "head -c 64000000 /dev/zero > /tmp/big.bin; echo rc=$?", timeout=30)
+    assert "rc=1" in r.stdout  # /tmp has its own cap

@@ -15,13 +15,21 @@ class SandboxError(Exception):
 
 
 @dataclass
+class Limits:
+    cpus: float | None = None
+    memory_mb: int | None = None
+    pids: int | None = None
+    disk_mb: int | None = None  # for the workspace's changes, and for /tmp, each
+
+
+@dataclass
 class SandboxSpec:
     workspace: Path  # the task's files: the sandbox sees a copy-on-write view, this folder is never modified
     workdir: str = "/workspace"  # where the workspace appears inside, and where commands start
     env: dict[str, str] = field(default_factory=dict)
-    ro_mounts: dict[str, str] = field(
-        default_factory=dict
-    )  # host path -> sandbox path (e.g. the agent cache)
+    # host path -> sandbox path, read-only (e.g. the host's agent cache)
+    ro_mounts: dict[str, str] = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass
@@ -33,6 +41,7 @@ class ExecResult:
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+    limits_hit: list[str] = field(default_factory=list)  # memory (OOM kill), pids (fork refused), disk (full)
 
 
 @dataclass

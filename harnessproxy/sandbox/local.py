@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
 from harnessproxy.sandbox.changes import diff_overlay
+from harnessproxy.sandbox.limits import Cgroups, remove_stale
 from harnessproxy.sandbox.netns import listen_in_netns
 
 RUNTIME_ROOT = Path(os.environ.get("HARNESSPROXY_RUNTIME", "/tmp/harnessproxy-sandboxes"))
@@ -59,8 +60,10 @@ class LocalSandbox:
         self.id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
         self.state = RUNTIME_ROOT / self.id
         self.lower = Path(spec.workspace).resolve()
-        self.upper = self.state / "upper"
+        self.rw = self.state / "rw"  # upper + work; a size-limited tmpfs when the spec limits disk
+        self.upper = self.rw / "upper"
         self.merged = self.state / "merged"
+        self.cgroups = Cgroups(self.id, spec.limits)
         self._holder: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # bwrap's init in the sandbox, as the host sees it: nsenter's target
         self._sleeper: int | None = None  # the holder command, kept alive for the sandbox's lifetime
@@ -72,21 +75,22 @@ class LocalSandbox:
         if not self.lower.is_dir():
             raise SandboxError(f"workspace {self.lower} is not a directory")
         bwrap, _ = _need("bwrap"), _need("nsenter")
-        for d in ("upper", "work", "merged", "etc"):
+        for d in ("rw", "merged", "etc"):
             (self.state / d).mkdir(parents=True, exist_ok=True)
+        disk = self.spec.limits.disk_mb
+        if disk is not None:
+            self._mount(
+                ["-t", "tmpfs", "-o", f"size={disk}m,mode=0755", "tmpfs", str(self.rw)], "workspace disk"
+            )
+        for d in ("upper", "work"):
+            (self.rw / d).mkdir(exist_ok=True)
         for name, text in _ETC.items():
             (self.state / "etc" / name).write_text(text)
         for extra in _ETC_BINDS:  # mount points for the host parts bound into the read-only /etc
             (self.state / "etc" / Path(extra).name).mkdir(exist_ok=True)
-        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.state / 'work'}"
-        mount = subprocess.run(
-            ["mount", "-t", "overlay", "overlay", "-o", opts, str(self.merged)],
-            capture_output=True,
-            text=True,
-        )
-        if mount.returncode != 0:
-            self._cleanup_dirs()
-            raise SandboxError(f"overlay mount for the workspace failed: {mount.stderr.strip()}")
+        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.rw / 'work'}"
+        self._mount(["-t", "overlay", "overlay", "-o", opts, str(self.merged)], "workspace overlay")
+        self.cgroups.create()
         self._write_owner()
         r, w = os.pipe()
         try:
@@ -118,7 +122,23 @@ class LocalSandbox:
             err = self._holder.stderr.read().decode(errors="replace") if self._holder.stderr else ""
             self.stop()
             raise SandboxError(f"bubblewrap did not start: {err.strip() or 'the sandbox did not answer'}")
+        for pid in (self.pid, self._sleeper):
+            self.cgroups.join(pid)
         self._write_owner()
+
+    def _mount(self, args: list[str], what: str) -> None:
+        done = subprocess.run(["mount", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            _teardown(self.state)
+            raise SandboxError(f"mounting the {what} failed: {done.stderr.strip()}")
+
+    @property
+    def limits_applied(self) -> dict[str, str]:
+        """How each requested limit is enforced: "cgroup v2", "cgroup v1", "tmpfs", "rlimit" or "none"."""
+        applied = dict(self.cgroups.applied)
+        if self.spec.limits.disk_mb is not None:
+            applied["disk"] = "tmpfs"
+        return applied
 
     def _bwrap_args(self) -> list[str]:
         args = [
@@ -145,20 +165,9 @@ class LocalSandbox:
         for extra in _ETC_BINDS:
             if Path(extra).is_dir():
                 args += ["--ro-bind", extra, extra]
-        args += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/run",
-            "--dir",
-            SANDBOX_HOME,
-            "--dir",
-            "/root",
-        ]
+        tmp_size = ["--size", str(self.spec.limits.disk_mb << 20)] if self.spec.limits.disk_mb else []
+        args += ["--proc", "/proc", "--dev", "/dev", *tmp_size, "--tmpfs", "/tmp", "--tmpfs", "/run"]
+        args += ["--dir", SANDBOX_HOME, "--dir", "/root"]
         for host_path, inside in self.spec.ro_mounts.items():
             args += ["--ro-bind", host_path, inside]
         args += ["--bind", str(self.merged), self.spec.workdir, "--chdir", self.spec.workdir, "--clearenv"]
@@ -166,9 +175,13 @@ class LocalSandbox:
 
     def stop(self) -> None:
         """Always cleans up, also after a failed start; safe to call twice."""
+        if self.pid is not None:
+            for pid in _pids_in_pidns(self.pid):
+                _kill(pid)
         if self._holder is not None and self._holder.poll() is None:
             os.killpg(self._holder.pid, signal.SIGKILL)
             self._holder.wait()
+        self.cgroups.remove()
         _teardown(self.state)
 
     # -- inside --------------------------------------------------------------------------------------
@@ -201,6 +214,12 @@ class LocalSandbox:
             *(f"{k}={v}" for k, v in full_env.items()),
             *argv,
         ]
+        if self.cgroups.rlimit_args():
+            cmd = ["prlimit", *self.cgroups.rlimit_args(), "--", *cmd]
+        if self.cgroups.dirs:  # the command and all it starts belong to the sandbox's cgroup(s)
+            files = " ".join(self.cgroups.procs_files())
+            cmd = ["/bin/sh", "-c", f'echo $$ | tee {files} >/dev/null && exec "$@"', "sh", *cmd]
+        before = self.cgroups.counters()
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -221,7 +240,15 @@ class LocalSandbox:
             timed_out=timed_out,
             stdout_truncated=len(out) > OUTPUT_CAP,
             stderr_truncated=len(err) > OUTPUT_CAP,
+            limits_hit=self._limits_hit(before),
         )
+
+    def _limits_hit(self, before: dict[str, int]) -> list[str]:
+        after = self.cgroups.counters()
+        hit = [k for k in sorted(after) if after[k] > before.get(k, 0)]
+        if self.spec.limits.disk_mb is not None and os.statvfs(self.rw).f_bavail == 0:
+            hit.append("disk")
+        return hit
 
     def _collect(self, proc: subprocess.Popen[bytes], timeout: float | None) -> tuple[bytes, bytes, bool]:
         """Read both pipes until the command exits; a background child that keeps a pipe open does not hold
@@ -358,9 +385,10 @@ def _kill(pid: int) -> None:
 
 
 def _teardown(state: Path) -> None:
-    merged = state / "merged"
-    if merged.is_dir() and os.path.ismount(merged):
-        subprocess.run(["umount", "-l", str(merged)], capture_output=True)
+    for mount in (state / "merged", state / "rw"):  # the overlay first: it sits on rw
+        if mount.is_dir() and os.path.ismount(mount):
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    remove_stale(state.name)
     shutil.rmtree(state, ignore_errors=True)
 
 
