@@ -19,7 +19,8 @@ import pytest
 from harnessproxy.api import start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
 from harnessproxy.sandbox import Limits, SandboxError, SandboxSpec
-from harnessproxy.sandbox.local import RUNTIME_ROOT, LocalSandbox, _pids_in_pidns, gc
+from harnessproxy.sandbox.local import LocalSandbox, gc
+from harnessproxy.sandbox.workspace import RUNTIME_ROOT, pids_in_pidns
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the local sandbox mounts an overlay: needs root"),
@@ -145,7 +146,7 @@ def test_timeout_kills_the_tree_background_and_setsid_children_too(sandbox: Loca
     assert r.timed_out and r.exit_code < 0
     assert r.duration_s < 5
     left = []
-    for pid in _pids_in_pidns(sandbox.pid):
+    for pid in pids_in_pidns(sandbox.pid):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
         left.append(cmdline.decode())
     assert not [c for c in left if "sleep 10" in c], left

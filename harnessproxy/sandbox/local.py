@@ -24,11 +24,17 @@ import uuid
 from pathlib import Path
 
 from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
-from harnessproxy.sandbox.changes import diff_overlay
 from harnessproxy.sandbox.limits import Cgroups, remove_stale
 from harnessproxy.sandbox.netns import listen_in_netns
+from harnessproxy.sandbox.workspace import (
+    RUNTIME_ROOT,
+    OverlayWorkspace,
+    alive,
+    kill,
+    pids_in_pidns,
+    teardown,
+)
 
-RUNTIME_ROOT = Path(os.environ.get("HARNESSPROXY_RUNTIME", "/tmp/harnessproxy-sandboxes"))
 OUTPUT_CAP = 1 << 20  # bytes kept per stream of one exec
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_HOME = "/home/sandbox"
@@ -59,10 +65,7 @@ class LocalSandbox:
         self.spec = spec
         self.id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
         self.state = RUNTIME_ROOT / self.id
-        self.lower = Path(spec.workspace).resolve()
-        self.rw = self.state / "rw"  # upper + work; a size-limited tmpfs when the spec limits disk
-        self.upper = self.rw / "upper"
-        self.merged = self.state / "merged"
+        self.workspace = OverlayWorkspace(self.state, Path(spec.workspace), spec.limits.disk_mb)
         self.cgroups = Cgroups(self.id, spec.limits)
         self._holder: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # bwrap's init in the sandbox, as the host sees it: nsenter's target
@@ -70,26 +73,13 @@ class LocalSandbox:
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
-        if os.geteuid() != 0:
-            raise SandboxError("the local sandbox mounts an overlay for the workspace and needs root here")
-        if not self.lower.is_dir():
-            raise SandboxError(f"workspace {self.lower} is not a directory")
         bwrap, _ = _need("bwrap"), _need("nsenter")
-        for d in ("rw", "merged", "etc"):
-            (self.state / d).mkdir(parents=True, exist_ok=True)
-        disk = self.spec.limits.disk_mb
-        if disk is not None:
-            self._mount(
-                ["-t", "tmpfs", "-o", f"size={disk}m,mode=0755", "tmpfs", str(self.rw)], "workspace disk"
-            )
-        for d in ("upper", "work"):
-            (self.rw / d).mkdir(exist_ok=True)
+        self.workspace.mount()
+        (self.state / "etc").mkdir(exist_ok=True)
         for name, text in _ETC.items():
             (self.state / "etc" / name).write_text(text)
         for extra in _ETC_BINDS:  # mount points for the host parts bound into the read-only /etc
             (self.state / "etc" / Path(extra).name).mkdir(exist_ok=True)
-        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.rw / 'work'}"
-        self._mount(["-t", "overlay", "overlay", "-o", opts, str(self.merged)], "workspace overlay")
         self.cgroups.create()
         self._write_owner()
         r, w = os.pipe()
@@ -125,12 +115,6 @@ class LocalSandbox:
         for pid in (self.pid, self._sleeper):
             self.cgroups.join(pid)
         self._write_owner()
-
-    def _mount(self, args: list[str], what: str) -> None:
-        done = subprocess.run(["mount", *args], capture_output=True, text=True)
-        if done.returncode != 0:
-            _teardown(self.state)
-            raise SandboxError(f"mounting the {what} failed: {done.stderr.strip()}")
 
     @property
     def limits_applied(self) -> dict[str, str]:
@@ -170,19 +154,26 @@ class LocalSandbox:
         args += ["--dir", SANDBOX_HOME, "--dir", "/root"]
         for host_path, inside in self.spec.ro_mounts.items():
             args += ["--ro-bind", host_path, inside]
-        args += ["--bind", str(self.merged), self.spec.workdir, "--chdir", self.spec.workdir, "--clearenv"]
+        args += [
+            "--bind",
+            str(self.workspace.merged),
+            self.spec.workdir,
+            "--chdir",
+            self.spec.workdir,
+            "--clearenv",
+        ]
         return args
 
     def stop(self) -> None:
         """Always cleans up, also after a failed start; safe to call twice."""
         if self.pid is not None:
-            for pid in _pids_in_pidns(self.pid):
-                _kill(pid)
+            for pid in pids_in_pidns(self.pid):
+                kill(pid)
         if self._holder is not None and self._holder.poll() is None:
             os.killpg(self._holder.pid, signal.SIGKILL)
             self._holder.wait()
         self.cgroups.remove()
-        _teardown(self.state)
+        teardown(self.state)
 
     # -- inside --------------------------------------------------------------------------------------
     def exec(
@@ -246,7 +237,7 @@ class LocalSandbox:
     def _limits_hit(self, before: dict[str, int]) -> list[str]:
         after = self.cgroups.counters()
         hit = [k for k in sorted(after) if after[k] > before.get(k, 0)]
-        if self.spec.limits.disk_mb is not None and os.statvfs(self.rw).f_bavail == 0:
+        if self.workspace.full():
             hit.append("disk")
         return hit
 
@@ -286,27 +277,17 @@ class LocalSandbox:
     def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
         """Kill every process in the sandbox but the holder: background children and setsid escapees too."""
         keep = {self.pid, self._sleeper}
-        for pid in _pids_in_pidns(self.pid):
+        for pid in pids_in_pidns(self.pid):
             if pid not in keep:
-                _kill(pid)
+                kill(pid)
         proc.kill()
 
     # -- files ---------------------------------------------------------------------------------------
-    def _host_path(self, path: str) -> Path:
-        """A workspace path (absolute inside the sandbox, or relative to the workdir) on the host side."""
-        rel = os.path.relpath(path, self.spec.workdir) if os.path.isabs(path) else path
-        target = (self.merged / rel).resolve()
-        if target != self.merged and self.merged not in target.parents:
-            raise SandboxError(f"{path} is outside the workspace {self.spec.workdir}")
-        return target
-
     def read_file(self, path: str) -> bytes:
-        return self._host_path(path).read_bytes()
+        return self.workspace.read_file(path, self.spec.workdir)
 
     def write_file(self, path: str, data: bytes) -> None:
-        target = self._host_path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        self.workspace.write_file(path, self.spec.workdir, data)
 
     def listen(self, port: int = 0) -> socket.socket:
         if self.pid is None:
@@ -314,7 +295,7 @@ class LocalSandbox:
         return listen_in_netns(self.pid, "127.0.0.1", port)
 
     def diff(self) -> Diff:
-        return diff_overlay(self.lower, self.upper)
+        return self.workspace.diff()
 
     def _write_owner(self) -> None:
         """What gc needs to clean up after a controller that was killed before stop()."""
@@ -329,9 +310,6 @@ class LocalSandbox:
             "pidns": pidns,
         }
         (self.state / "owner.json").write_text(json.dumps(owner))
-
-    def _cleanup_dirs(self) -> None:
-        shutil.rmtree(self.state, ignore_errors=True)
 
     def __enter__(self) -> LocalSandbox:
         self.start()
@@ -363,47 +341,6 @@ def _wait_child(pid: int, comm: str, timeout: float) -> int | None:
     return None
 
 
-def _pids_in_pidns(pid: int) -> list[int]:
-    try:
-        ns = os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return []
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == ns:
-                    out.append(int(entry))
-            except OSError:
-                continue
-    return out
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def _teardown(state: Path) -> None:
-    for mount in (state / "merged", state / "rw"):  # the overlay first: it sits on rw
-        if mount.is_dir() and os.path.ismount(mount):
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
-    remove_stale(state.name)
-    shutil.rmtree(state, ignore_errors=True)
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def gc() -> list[str]:
     """Remove sandboxes whose controller is gone (killed): holder processes, overlay mounts, state dirs."""
     removed = []
@@ -414,17 +351,18 @@ def gc() -> list[str]:
             owner = json.loads((state / "owner.json").read_text())
         except (OSError, ValueError):
             owner = {}
-        if _alive(owner.get("controller_pid")):
+        if alive(owner.get("controller_pid")):
             continue
         holder = owner.get("holder_pid")
-        if _alive(holder):
+        if alive(holder):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(holder, signal.SIGKILL)
         inner = owner.get("sandbox_pid")
         with contextlib.suppress(OSError):  # only if that pid still is the sandbox's (pids get reused)
             if inner and os.readlink(f"/proc/{inner}/ns/pid") == owner.get("pidns"):
-                for pid in _pids_in_pidns(inner):
-                    _kill(pid)
-        _teardown(state)
+                for pid in pids_in_pidns(inner):
+                    kill(pid)
+        remove_stale(state.name)
+        teardown(state)
         removed.append(state.name)
     return removed

@@ -1,0 +1,116 @@
+"""What every backend shares: the workspace as a host-side overlay, and the host's view of a sandbox's
+processes.
+
+The overlay's lower dir is the task's files (shared by every rollout, never written); its upper dir is
+exactly this rollout's change set, on a size-limited tmpfs when the spec limits disk. The backend mounts the
+merged view at the sandbox's workdir (bubblewrap --bind, docker bind mount)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+from harnessproxy.sandbox import Diff, SandboxError
+from harnessproxy.sandbox.changes import diff_overlay
+
+RUNTIME_ROOT = Path(os.environ.get("HARNESSPROXY_RUNTIME", "/tmp/harnessproxy-sandboxes"))
+
+
+class OverlayWorkspace:
+    def __init__(self, state: Path, lower: Path, disk_mb: int | None = None) -> None:
+        self.state = state
+        self.lower = lower.resolve()
+        self.disk_mb = disk_mb
+        self.rw = state / "rw"  # upper + work (they must share a filesystem)
+        self.upper = self.rw / "upper"
+        self.merged = state / "merged"
+
+    def mount(self) -> None:
+        if os.geteuid() != 0:
+            raise SandboxError("the sandbox mounts an overlay for the workspace and needs root here")
+        if not self.lower.is_dir():
+            raise SandboxError(f"workspace {self.lower} is not a directory")
+        for d in (self.rw, self.merged):
+            d.mkdir(parents=True, exist_ok=True)
+        if self.disk_mb is not None:
+            self._mount(
+                ["-t", "tmpfs", "-o", f"size={self.disk_mb}m,mode=0755", "tmpfs", str(self.rw)], "disk"
+            )
+        for d in ("upper", "work"):
+            (self.rw / d).mkdir(exist_ok=True)
+        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.rw / 'work'}"
+        self._mount(["-t", "overlay", "overlay", "-o", opts, str(self.merged)], "overlay")
+
+    def _mount(self, args: list[str], what: str) -> None:
+        done = subprocess.run(["mount", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            teardown(self.state)
+            raise SandboxError(f"mounting the workspace {what} failed: {done.stderr.strip()}")
+
+    def host_path(self, path: str, workdir: str) -> Path:
+        """A workspace path (absolute inside the sandbox, or relative to the workdir) on the host side."""
+        rel = os.path.relpath(path, workdir) if os.path.isabs(path) else path
+        target = (self.merged / rel).resolve()
+        if target != self.merged and self.merged not in target.parents:
+            raise SandboxError(f"{path} is outside the workspace {workdir}")
+        return target
+
+    def read_file(self, path: str, workdir: str) -> bytes:
+        return self.host_path(path, workdir).read_bytes()
+
+    def write_file(self, path: str, workdir: str, data: bytes) -> None:
+        target = self.host_path(path, workdir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+    def diff(self) -> Diff:
+        return diff_overlay(self.lower, self.upper)
+
+    def full(self) -> bool:
+        return self.disk_mb is not None and os.statvfs(self.rw).f_bavail == 0
+
+
+def teardown(state: Path) -> None:
+    """Unmount and remove a sandbox's state dir; safe on a half-made or already removed one."""
+    for mount in (state / "merged", state / "rw"):  # the overlay first: it sits on rw
+        if mount.is_dir() and os.path.ismount(mount):
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def pids_in_pidns(pid: int) -> list[int]:
+    """Every process (as the host numbers them) in the pid namespace of `pid`."""
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == ns:
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
+def kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
