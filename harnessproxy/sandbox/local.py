@@ -31,8 +31,10 @@ from harnessproxy.sandbox.workspace import (
     OverlayWorkspace,
     alive,
     kill,
+    kill_namespace,
     pids_in_pidns,
     teardown,
+    wait_child,
 )
 
 OUTPUT_CAP = 1 << 20  # bytes kept per stream of one exec
@@ -105,7 +107,7 @@ class LocalSandbox:
             self.pid = None
         # bwrap reports its in-sandbox init (pid 1 there) before the mounts are done; the init starts the
         # holder command only after, so a `sleep` child means the sandbox is ready.
-        self._sleeper = _wait_child(self.pid, "sleep", 10.0) if self.pid else None
+        self._sleeper = wait_child(self.pid, "sleep", 10.0) if self.pid else None
         if self._sleeper is None or self.exec(["true"], timeout=30).exit_code != 0:
             if self._holder.poll() is None:
                 os.killpg(self._holder.pid, signal.SIGKILL)
@@ -276,10 +278,8 @@ class LocalSandbox:
 
     def _kill_tree(self, proc: subprocess.Popen[bytes]) -> None:
         """Kill every process in the sandbox but the holder: background children and setsid escapees too."""
-        keep = {self.pid, self._sleeper}
-        for pid in pids_in_pidns(self.pid):
-            if pid not in keep:
-                kill(pid)
+        assert self.pid is not None
+        kill_namespace(self.pid, keep={self.pid, self._sleeper})
         proc.kill()
 
     # -- files ---------------------------------------------------------------------------------------
@@ -326,19 +326,6 @@ def _read_all(fd: int) -> bytes:
         if b"}" in chunk:
             break
     return b"".join(chunks)
-
-
-def _wait_child(pid: int, comm: str, timeout: float) -> int | None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-                if Path(f"/proc/{child}/comm").read_text().strip() == comm:
-                    return int(child)
-        except OSError:
-            return None
-        time.sleep(0.001)
-    return None
 
 
 def gc() -> list[str]:

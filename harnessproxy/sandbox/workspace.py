@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 from harnessproxy.sandbox import Diff, SandboxError
@@ -97,6 +98,31 @@ def pids_in_pidns(pid: int) -> list[int]:
             except OSError:
                 continue
     return out
+
+
+def kill_namespace(pid: int, keep: set[int | None]) -> None:
+    """SIGKILL every process in the pid namespace of `pid` but `keep`, until none is left: a fork bomb forks
+    while it is being killed."""
+    for _ in range(50):
+        victims = [p for p in pids_in_pidns(pid) if p not in keep]
+        if not victims:
+            return
+        for victim in victims:
+            kill(victim)
+
+
+def wait_child(pid: int, comm: str, timeout: float) -> int | None:
+    """The first child of `pid` running `comm`: a sandbox's holder process, once its init has started it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+                if Path(f"/proc/{child}/comm").read_text().strip() == comm:
+                    return int(child)
+        except OSError:
+            return None
+        time.sleep(0.001)
+    return None
 
 
 def kill(pid: int) -> None:

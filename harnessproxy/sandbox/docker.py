@@ -1,0 +1,273 @@
+"""The docker backend, through the `docker` SDK: the task's image, `--network none`, cpu/memory/pids limits,
+labels for gc. The workspace is the same host-side overlay as the local backend's, bind-mounted at the
+workdir, so `diff()` is the same; the proxy's socket is made inside the container's network namespace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox.netns import listen_in_netns
+from harnessproxy.sandbox.workspace import (
+    RUNTIME_ROOT,
+    OverlayWorkspace,
+    alive,
+    kill_namespace,
+    teardown,
+    wait_child,
+)
+
+LABEL = "harnessproxy.sandbox"
+OUTPUT_CAP = 1 << 20
+HOLD = ["sleep", "2147483647"]  # the container's main process: keeps it up between commands
+
+
+def client() -> Any:
+    """A docker client, or a SandboxError that says why there is none."""
+    try:
+        import docker
+
+        c = docker.from_env(timeout=120)
+        c.ping()
+        return c
+    except Exception as exc:
+        raise SandboxError(f"no docker engine reachable: {exc}") from exc
+
+
+class DockerSandbox:
+    def __init__(
+        self, spec: SandboxSpec, *, image: str, sandbox_id: str | None = None, docker: Any = None
+    ) -> None:
+        self.spec = spec
+        self.image = image
+        self.id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
+        self.state = RUNTIME_ROOT / self.id
+        self.workspace = OverlayWorkspace(self.state, Path(spec.workspace), spec.limits.disk_mb)
+        self._docker = docker
+        self.container: Any = None
+        self.pid: int | None = None  # the container's init (tini), as the host numbers it
+        self._holder: int | None = None  # its child that keeps the container up
+
+    @property
+    def docker(self) -> Any:
+        if self._docker is None:
+            self._docker = client()
+        return self._docker
+
+    def start(self) -> None:
+        import docker.errors
+        from docker.types import Mount
+
+        docker_client = self.docker
+        try:  # never pull: an image that is not here is an error, not a download (and no traffic leaves)
+            docker_client.images.get(self.image)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxError(f"docker image {self.image!r} not found locally (nothing is pulled)") from exc
+        self.workspace.mount()
+        limits = self.spec.limits
+        mounts = [Mount(self.spec.workdir, str(self.workspace.merged), type="bind")]
+        mounts += [
+            Mount(inside, host, type="bind", read_only=True) for host, inside in self.spec.ro_mounts.items()
+        ]
+        try:
+            self.container = docker_client.containers.run(
+                self.image,
+                HOLD,
+                detach=True,
+                name=f"harnessproxy-{self.id}",
+                network_mode="none",
+                dns=["127.0.0.1"],  # a resolver on the sandbox's own loopback, where nothing answers
+                labels={LABEL: self.id, f"{LABEL}.controller_pid": str(os.getpid())},
+                mounts=mounts,
+                working_dir=self.spec.workdir,
+                environment=self.spec.env,
+                init=True,  # a real pid 1 (tini) reaps orphans: killed processes must not linger as zombies
+                nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
+                mem_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
+                memswap_limit=f"{limits.memory_mb}m" if limits.memory_mb else None,
+                pids_limit=limits.pids,
+                tmpfs={"/tmp": f"size={limits.disk_mb}m" if limits.disk_mb else ""},
+            )
+            self.container.reload()
+            self.pid = int(self.container.attrs["State"]["Pid"])
+            self._holder = wait_child(self.pid, "sleep", 10.0)
+        except docker.errors.DockerException as exc:
+            self.stop()
+            raise SandboxError(f"docker could not start the sandbox: {exc}") from exc
+        if not self.pid or not self._holder:
+            self.stop()
+            raise SandboxError("docker started the container but it is not running")
+
+    @property
+    def limits_applied(self) -> dict[str, str]:
+        applied = {
+            k: "docker"
+            for k, v in (
+                ("cpu", self.spec.limits.cpus),
+                ("memory", self.spec.limits.memory_mb),
+                ("pids", self.spec.limits.pids),
+            )
+            if v is not None
+        }
+        if self.spec.limits.disk_mb is not None:
+            applied["disk"] = "tmpfs"
+        return applied
+
+    def exec(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        if self.container is None or self.pid is None:
+            raise SandboxError("exec on a sandbox that is not started")
+        from docker.utils.socket import frames_iter
+
+        api = self.docker.api
+        before = self._counters()
+        start = time.monotonic()
+        exec_id = api.exec_create(
+            self.container.id,
+            argv,
+            stdin=stdin is not None,
+            environment=env or {},
+            workdir=cwd or self.spec.workdir,
+        )["Id"]
+        sock = api.exec_start(exec_id, socket=True)
+        raw = getattr(sock, "_sock", sock)
+        if stdin is not None:
+            raw.sendall(stdin)
+        raw.shutdown(socket.SHUT_WR)
+        bufs: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+
+        def read() -> None:
+            try:
+                for stream, chunk in frames_iter(sock, tty=False):
+                    if stream in bufs and len(bufs[stream]) <= OUTPUT_CAP:
+                        bufs[stream] += chunk
+            except (OSError, ValueError):  # closed under it: a background child kept the stream open
+                pass
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        timed_out = False
+        deadline = None if timeout is None else start + timeout
+        while reader.is_alive():
+            reader.join(0.05)
+            info = api.exec_inspect(exec_id)
+            if not info["Running"]:
+                reader.join(0.2)  # a background child may hold the stream: do not wait for it
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                timed_out = True
+                self._kill_all_but_init()
+                deadline = None
+        info = api.exec_inspect(exec_id)
+        sock.close()
+        code = info.get("ExitCode")
+        if timed_out or code is None:
+            code = -9  # as the local backend reports a SIGKILL; docker itself would say 137
+        return ExecResult(
+            exit_code=code,
+            stdout=bytes(bufs[1][:OUTPUT_CAP]).decode(errors="replace"),
+            stderr=bytes(bufs[2][:OUTPUT_CAP]).decode(errors="replace"),
+            duration_s=time.monotonic() - start,
+            timed_out=timed_out,
+            stdout_truncated=len(bufs[1]) > OUTPUT_CAP,
+            stderr_truncated=len(bufs[2]) > OUTPUT_CAP,
+            limits_hit=self._limits_hit(before),
+        )
+
+    def _kill_all_but_init(self) -> None:
+        assert self.pid is not None
+        kill_namespace(self.pid, keep={self.pid, self._holder})
+
+    def _cgroup(self, controller: str) -> Path | None:
+        try:
+            for line in Path(f"/proc/{self.pid}/cgroup").read_text().splitlines():
+                _, names, path = line.split(":", 2)
+                if controller in names.split(",") or (names == "" and controller == ""):
+                    base = Path("/sys/fs/cgroup") / (controller if names else "")
+                    return base / path.lstrip("/")
+        except OSError:
+            return None
+        return None
+
+    def _counters(self) -> dict[str, int]:
+        from harnessproxy.sandbox.limits import _field
+
+        out = {}
+        mem, pids = self._cgroup("memory"), self._cgroup("pids")
+        if mem is not None and (mem / "memory.oom_control").exists():
+            out["memory"] = _field(mem / "memory.oom_control", "oom_kill")
+        if pids is not None and (pids / "pids.events").exists():
+            out["pids"] = _field(pids / "pids.events", "max")
+        unified = self._cgroup("")
+        if unified is not None and (unified / "memory.events").exists():
+            out["memory"] = _field(unified / "memory.events", "oom_kill")
+            out["pids"] = _field(unified / "pids.events", "max")
+        return out
+
+    def _limits_hit(self, before: dict[str, int]) -> list[str]:
+        after = self._counters()
+        hit = [k for k in sorted(after) if after[k] > before.get(k, 0)]
+        if self.workspace.full():
+            hit.append("disk")
+        return hit
+
+    def read_file(self, path: str) -> bytes:
+        return self.workspace.read_file(path, self.spec.workdir)
+
+    def write_file(self, path: str, data: bytes) -> None:
+        self.workspace.write_file(path, self.spec.workdir, data)
+
+    def listen(self, port: int = 0) -> socket.socket:
+        if self.pid is None:
+            raise SandboxError("listen on a sandbox that is not started")
+        return listen_in_netns(self.pid, "127.0.0.1", port)
+
+    def diff(self) -> Diff:
+        return self.workspace.diff()
+
+    def stop(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(Exception):  # already gone, or the engine went away: nothing to keep
+                self.container.remove(force=True)
+            self.container = None
+        teardown(self.state)
+
+    def __enter__(self) -> DockerSandbox:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def gc(docker_client: Any = None) -> list[str]:
+    """Remove containers (and their workspaces) whose controller process is gone."""
+    try:
+        c = docker_client or client()
+    except SandboxError:
+        return []
+    removed = []
+    for container in c.containers.list(all=True, filters={"label": LABEL}):
+        owner = container.labels.get(f"{LABEL}.controller_pid")
+        if owner and owner.isdigit() and alive(int(owner)):
+            continue
+        sandbox_id = container.labels.get(LABEL, "")
+        container.remove(force=True)
+        if sandbox_id:
+            teardown(RUNTIME_ROOT / sandbox_id)
+        removed.append(sandbox_id)
+    return removed
