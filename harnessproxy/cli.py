@@ -182,15 +182,26 @@ def sandbox_run(
     timeout: Annotated[
         float | None, typer.Option(help="Kill the command's whole tree after S seconds.")
     ] = None,
-    backend: Annotated[str, typer.Option(help="Sandbox backend.")] = "local",
+    backend: Annotated[str, typer.Option(help="local (bubblewrap) or docker.")] = "local",
+    image: Annotated[str | None, typer.Option(help="Docker image (docker backend; never pulled).")] = None,
 ) -> None:
     """Run one command in a fresh sandbox over DIR; print its output, exit code and the diff."""
     from harnessproxy.sandbox import SandboxError, SandboxSpec
-    from harnessproxy.sandbox.local import LocalSandbox
 
-    if backend != "local":
-        _fail(f"unknown backend {backend!r} (available: local)")
-    sb = LocalSandbox(SandboxSpec(workspace.resolve()))
+    spec = SandboxSpec(workspace.resolve())
+    sb: Any
+    if backend == "local":
+        from harnessproxy.sandbox.local import LocalSandbox
+
+        sb = LocalSandbox(spec)
+    elif backend == "docker":
+        from harnessproxy.sandbox.docker import DockerSandbox
+
+        if not image:
+            _fail("the docker backend needs --image")
+        sb = DockerSandbox(spec, image=image or "")
+    else:
+        _fail(f"unknown backend {backend!r} (available: local, docker)")
     try:
         sb.start()
         result = sb.exec(cmd, timeout=timeout)
@@ -217,10 +228,10 @@ def sandbox_run(
 
 @sandbox_app.command("gc")
 def sandbox_gc() -> None:
-    """Remove sandboxes (processes, mounts, state) left behind by a killed controller."""
-    from harnessproxy.sandbox.local import gc
+    """Remove sandboxes (processes, containers, mounts, state) left behind by a killed controller."""
+    from harnessproxy.sandbox import docker, local
 
-    removed = gc()
+    removed = docker.gc() + local.gc()
     console.print(f"removed {len(removed)} sandbox(es)" + (f": {', '.join(removed)}" if removed else ""))
 
 

@@ -19,8 +19,8 @@ from harnessproxy.api import start_proxy
 from harnessproxy.proxy.scripted import ScriptedUpstream
 from harnessproxy.sandbox import Limits, SandboxError, SandboxSpec
 from harnessproxy.sandbox.docker import LABEL, DockerSandbox, client, gc
+from harnessproxy.sandbox.images import ensure_base_image
 from harnessproxy.sandbox.workspace import RUNTIME_ROOT, pids_in_pidns
-from tests.docker_base import ensure_base_image
 
 
 def _engine():  # type: ignore[no-untyped-def]

@@ -322,3 +322,10 @@ def test_disk_filler_is_contained_and_reported(limited: LocalSandbox) -> None:
     assert "disk" in r.limits_hit
     r = sh(limited, "head -c 64000000 /dev/zero > /tmp/big.bin; echo rc=$?", timeout=30)
     assert "rc=1" in r.stdout  # /tmp has its own cap
+
+
+def test_bwrap_failure_is_a_clear_error_and_cleans_up(task: Path) -> None:
+    sb = LocalSandbox(SandboxSpec(task, ro_mounts={"/nonexistent-hp-cache": "/opt/cache"}))
+    with pytest.raises(SandboxError, match="bubblewrap did not start: .*nonexistent-hp-cache"):
+        sb.start()
+    assert not sb.state.exists()
