@@ -326,6 +326,6 @@ def test_disk_filler_is_contained_and_reported(limited: LocalSandbox) -> None:
 
 def test_bwrap_failure_is_a_clear_error_and_cleans_up(task: Path) -> None:
     sb = LocalSandbox(SandboxSpec(task, ro_mounts={"/nonexistent-hp-cache": "/opt/cache"}))
-    with pytest.raises(SandboxError, match="bubblewrap did not start: .*nonexistent-hp-cache"):
+    with pytest.raises(SandboxError, match=r"bubblewrap did not start: .*nonexistent-hp-cache"):
         sb.start()
     assert not sb.state.exists()
