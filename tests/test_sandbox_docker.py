@@ -193,3 +193,10 @@ def test_gc_removes_what_a_killed_controller_left(task: Path, image: str) -> Non
     assert sandbox_id in gc(ENGINE)
     assert not ENGINE.containers.list(all=True, filters={"label": f"{LABEL}={sandbox_id}"})
     assert not (RUNTIME_ROOT / sandbox_id).exists()
+
+
+def test_wall_clock_bounds_the_whole_sandbox(task: Path, image: str) -> None:
+    with DockerSandbox(SandboxSpec(task, limits=Limits(wall_s=2)), image=image, docker=ENGINE) as sb:
+        r = sh(sb, "sleep 30", timeout=60)
+        assert r.timed_out and r.duration_s < 4
+        assert sh(sb, "echo too late").timed_out

@@ -329,3 +329,11 @@ def test_bwrap_failure_is_a_clear_error_and_cleans_up(task: Path) -> None:
     with pytest.raises(SandboxError, match=r"bubblewrap did not start: .*nonexistent-hp-cache"):
         sb.start()
     assert not sb.state.exists()
+
+
+def test_wall_clock_bounds_the_whole_sandbox(task: Path) -> None:
+    with LocalSandbox(SandboxSpec(task, limits=Limits(wall_s=1.5))) as sb:
+        assert sh(sb, "sleep 0.2; echo first").stdout == "first\n"
+        r = sh(sb, "sleep 30", timeout=60)  # its own timeout is longer: the sandbox's clock wins
+        assert r.timed_out and r.duration_s < 3
+        assert sh(sb, "echo too late").timed_out

@@ -20,6 +20,7 @@ class Limits:
     memory_mb: int | None = None
     pids: int | None = None
     disk_mb: int | None = None  # for the workspace's changes, and for /tmp, each
+    wall_s: float | None = None  # the sandbox's whole life: every exec's timeout is cut to what is left
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox.limits import exec_timeout, spent
 from harnessproxy.sandbox.netns import listen_in_netns
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
@@ -54,6 +55,7 @@ class DockerSandbox:
         self.container: Any = None
         self.pid: int | None = None  # the container's init (tini), as the host numbers it
         self._holder: int | None = None  # its child that keeps the container up
+        self._started = time.monotonic()
 
     @property
     def docker(self) -> Any:
@@ -66,6 +68,7 @@ class DockerSandbox:
         from docker.types import Mount
 
         docker_client = self.docker
+        self._started = time.monotonic()
         try:  # never pull: an image that is not here is an error, not a download (and no traffic leaves)
             docker_client.images.get(self.image)
         except docker.errors.ImageNotFound as exc:
@@ -131,6 +134,8 @@ class DockerSandbox:
     ) -> ExecResult:
         if self.container is None or self.pid is None:
             raise SandboxError("exec on a sandbox that is not started")
+        if (over := spent(self.spec.limits, self._started)) is not None:
+            return over
         from docker.utils.socket import frames_iter
 
         api = self.docker.api
@@ -161,6 +166,7 @@ class DockerSandbox:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         timed_out = False
+        timeout = exec_timeout(self.spec.limits, self._started, timeout)
         deadline = None if timeout is None else start + timeout
         while reader.is_alive():
             reader.join(0.05)

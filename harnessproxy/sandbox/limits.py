@@ -9,7 +9,7 @@ import shutil
 import time
 from pathlib import Path
 
-from harnessproxy.sandbox import Limits
+from harnessproxy.sandbox import ExecResult, Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP = "harnessproxy"
@@ -130,6 +130,21 @@ class Cgroups:
                     break
                 except OSError:
                     time.sleep(0.01)
+
+
+def exec_timeout(limits: Limits, started: float, timeout: float | None) -> float | None:
+    """The timeout an exec really gets: its own, cut to what is left of the sandbox's wall clock."""
+    if limits.wall_s is None:
+        return timeout
+    left = max(0.0, started + limits.wall_s - time.monotonic())
+    return left if timeout is None else min(timeout, left)
+
+
+def spent(limits: Limits, started: float) -> ExecResult | None:
+    """The answer to an exec once the sandbox's wall clock is used up: nothing more runs."""
+    if limits.wall_s is not None and time.monotonic() >= started + limits.wall_s:
+        return ExecResult(-9, "", "the sandbox's wall clock is used up\n", 0.0, timed_out=True)
+    return None
 
 
 def _field(path: Path, key: str) -> int:

@@ -24,7 +24,7 @@ import uuid
 from pathlib import Path
 
 from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
-from harnessproxy.sandbox.limits import Cgroups, remove_stale
+from harnessproxy.sandbox.limits import Cgroups, exec_timeout, remove_stale, spent
 from harnessproxy.sandbox.netns import listen_in_netns
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
@@ -72,9 +72,11 @@ class LocalSandbox:
         self._holder: subprocess.Popen[bytes] | None = None
         self.pid: int | None = None  # bwrap's init in the sandbox, as the host sees it: nsenter's target
         self._sleeper: int | None = None  # the holder command, kept alive for the sandbox's lifetime
+        self._started = time.monotonic()
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
+        self._started = time.monotonic()
         bwrap, _ = _need("bwrap"), _need("nsenter")
         self.workspace.mount()
         (self.state / "etc").mkdir(exist_ok=True)
@@ -189,6 +191,8 @@ class LocalSandbox:
     ) -> ExecResult:
         if self.pid is None:
             raise SandboxError("exec on a sandbox that is not started")
+        if (over := spent(self.spec.limits, self._started)) is not None:
+            return over
         full_env = {"PATH": DEFAULT_PATH, "HOME": SANDBOX_HOME, **self.spec.env, **(env or {})}
         cmd = [
             "nsenter",
@@ -223,7 +227,7 @@ class LocalSandbox:
         if stdin and proc.stdin:
             proc.stdin.write(stdin)
             proc.stdin.close()
-        out, err, timed_out = self._collect(proc, timeout)
+        out, err, timed_out = self._collect(proc, exec_timeout(self.spec.limits, self._started, timeout))
         code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
         return ExecResult(
             exit_code=code,
