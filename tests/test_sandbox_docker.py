@@ -200,3 +200,35 @@ def test_wall_clock_bounds_the_whole_sandbox(task: Path, image: str) -> None:
         r = sh(sb, "sleep 30", timeout=60)
         assert r.timed_out and r.duration_s < 4
         assert sh(sb, "echo too late").timed_out
+
+
+def test_builds_the_tasks_dockerfile_offline(task: Path, image: str, tmp_path: Path) -> None:
+    from harnessproxy.sandbox.images import build_image
+
+    env = tmp_path / "environment"
+    env.mkdir()
+    (env / "tool.sh").write_text("echo from the task image\n")
+    (env / "Dockerfile").write_text(
+        f"FROM {image}\nCOPY tool.sh /opt/tool.sh\nRUN echo built > /opt/built.txt\n"
+    )
+    tag = build_image(ENGINE, env)
+    assert build_image(ENGINE, env) == tag  # an unchanged context is built once
+    with DockerSandbox(SandboxSpec(task), image=tag, docker=ENGINE) as sb:
+        assert sh(sb, "cat /opt/built.txt; sh /opt/tool.sh").stdout == "built\nfrom the task image\n"
+    (env / "Dockerfile").write_text(f"FROM {image}\nRUN exit 3\n")
+    with pytest.raises(SandboxError, match=r"building .*Dockerfile failed"):
+        build_image(ENGINE, env)
+    # A base image that is not here is refused before the builder could try to pull it.
+    (env / "Dockerfile").write_text("FROM not-on-this-machine:1\n")
+    with pytest.raises(SandboxError, match="is not on this machine"):
+        build_image(ENGINE, env)
+
+
+def test_base_images_of_a_dockerfile() -> None:
+    from harnessproxy.sandbox.images import base_images
+
+    text = (
+        "ARG V=1\nFROM python:3.12 AS build\nRUN x\nFROM build\n"
+        "FROM --platform=linux/amd64 deb:$V\nFROM scratch\n"
+    )
+    assert base_images(text) == ["python:3.12"]
