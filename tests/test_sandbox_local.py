@@ -337,3 +337,17 @@ def test_wall_clock_bounds_the_whole_sandbox(task: Path) -> None:
         r = sh(sb, "sleep 30", timeout=60)  # its own timeout is longer: the sandbox's clock wins
         assert r.timed_out and r.duration_s < 3
         assert sh(sb, "echo too late").timed_out
+
+
+def test_a_tasks_own_root_filesystem(task: Path, tmp_path: Path) -> None:
+    from harnessproxy.sandbox.images import busybox_rootfs
+
+    rootfs = busybox_rootfs(tmp_path / "rootfs")
+    with LocalSandbox(SandboxSpec(task, rootfs=rootfs)) as sb:
+        r = sh(sb, "ls /; cat /etc/passwd; echo $HOME; cat a.txt; ls /usr 2>&1 | head -1")
+        listing, rest = r.stdout.split("root:x:0:0", 1)
+        assert listing.split() == sorted(p.name for p in rootfs.iterdir())  # the task's root, not the host's
+        assert "/tmp/home\nhello\n" in rest and "No such file" in rest
+        sh(sb, "echo changed > a.txt")
+        assert sb.diff().modified == ["a.txt"]
+        assert sh(sb, "touch /bin/x 2>&1; echo $?").stdout.strip().endswith("1")  # read-only

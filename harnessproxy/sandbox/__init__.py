@@ -27,6 +27,8 @@ class Limits:
 class SandboxSpec:
     workspace: Path  # the task's files: the sandbox sees a copy-on-write view, this folder is never modified
     workdir: str = "/workspace"  # where the workspace appears inside, and where commands start
+    # local backend: a root filesystem folder, read-only (with /proc, /dev, /tmp); default: the host's /usr
+    rootfs: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     # host path -> sandbox path, read-only (e.g. the host's agent cache)
     ro_mounts: dict[str, str] = field(default_factory=dict)

@@ -7,10 +7,29 @@ import io
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
 IMAGE = "harnessproxy-base:busybox"
+
+
+def busybox_rootfs(dest: Path) -> Path:
+    """A tiny root filesystem in `dest`: static busybox and its applets, /etc/passwd, the mount points."""
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    if not Path(busybox).exists() or b"ld-linux" in Path(busybox).read_bytes()[:65536]:
+        raise RuntimeError("the base image needs a static busybox: apt-get install busybox-static")
+    for d in ("bin", "etc", "tmp", "workspace", "root", "proc", "dev", "sys", "run"):
+        (dest / d).mkdir(parents=True, exist_ok=True)
+    (dest / "tmp").chmod(0o1777)
+    shutil.copy2(busybox, dest / "bin" / "busybox")
+    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in applets:
+        link = dest / "bin" / applet
+        if applet != "busybox" and not link.is_symlink():
+            link.symlink_to("busybox")
+    (dest / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    return dest
 
 
 def ensure_base_image(client: Any) -> str:
@@ -21,26 +40,9 @@ def ensure_base_image(client: Any) -> str:
         return IMAGE
     except docker.errors.ImageNotFound:
         pass
-    busybox = shutil.which("busybox") or "/bin/busybox"
-    if not Path(busybox).exists() or b"ld-linux" in Path(busybox).read_bytes()[:65536]:
-        raise RuntimeError("the base image needs a static busybox: apt-get install busybox-static")
-    applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout.split()
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for d in ("bin", "etc", "tmp", "workspace", "root"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
-            tar.addfile(info)
-        tar.add(busybox, arcname="bin/busybox")
-        for applet in applets:
-            if applet != "busybox":
-                link = tarfile.TarInfo(f"bin/{applet}")
-                link.type, link.linkname = tarfile.SYMTYPE, "busybox"
-                tar.addfile(link)
-        passwd = b"root:x:0:0:root:/root:/bin/sh\n"
-        info = tarfile.TarInfo("etc/passwd")
-        info.size = len(passwd)
-        tar.addfile(info, io.BytesIO(passwd))
+    with tempfile.TemporaryDirectory() as tmp, tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(busybox_rootfs(Path(tmp)), arcname=".")
     client.api.import_image_from_data(
         buf.getvalue(),
         repository=IMAGE.split(":")[0],

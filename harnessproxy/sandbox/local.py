@@ -89,7 +89,7 @@ class LocalSandbox:
         r, w = os.pipe()
         try:
             self._holder = subprocess.Popen(
-                [bwrap, *self._bwrap_args(), "--info-fd", str(w), "--", "/usr/bin/sleep", "infinity"],
+                [bwrap, *self._bwrap_args(), "--info-fd", str(w), "--", "sleep", "infinity"],
                 pass_fds=(w,),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -128,44 +128,36 @@ class LocalSandbox:
             applied["disk"] = "tmpfs"
         return applied
 
+    @property
+    def home(self) -> str:
+        return "/tmp/home" if self.spec.rootfs else SANDBOX_HOME
+
     def _bwrap_args(self) -> list[str]:
-        args = [
-            "--die-with-parent",
-            "--new-session",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-net",
-            "--unshare-cgroup-try",
-            "--hostname",
-            "sandbox",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        for top in ("bin", "sbin", "lib", "lib64", "lib32"):  # merged-/usr hosts: symlinks; else bind
-            host = Path("/") / top
-            if host.is_symlink():
-                args += ["--symlink", os.readlink(host), f"/{top}"]
-            elif host.is_dir():
-                args += ["--ro-bind", str(host), f"/{top}"]
-        args += ["--ro-bind", str(self.state / "etc"), "/etc"]
-        for extra in _ETC_BINDS:
-            if Path(extra).is_dir():
-                args += ["--ro-bind", extra, extra]
+        args = ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--unshare-cgroup-try"]
+        if self.spec.rootfs:  # the task's own root filesystem, its /etc included
+            args += ["--ro-bind", str(Path(self.spec.rootfs).resolve()), "/"]
+        else:  # the host's system, read-only, with a generated /etc
+            args += ["--ro-bind", "/usr", "/usr"]
+            for top in ("bin", "sbin", "lib", "lib64", "lib32"):  # merged-/usr hosts: symlinks; else bind
+                host = Path("/") / top
+                if host.is_symlink():
+                    args += ["--symlink", os.readlink(host), f"/{top}"]
+                elif host.is_dir():
+                    args += ["--ro-bind", str(host), f"/{top}"]
+            args += ["--ro-bind", str(self.state / "etc"), "/etc"]
+            for extra in _ETC_BINDS:
+                if Path(extra).is_dir():
+                    args += ["--ro-bind", extra, extra]
         tmp_size = ["--size", str(self.spec.limits.disk_mb << 20)] if self.spec.limits.disk_mb else []
-        args += ["--proc", "/proc", "--dev", "/dev", *tmp_size, "--tmpfs", "/tmp", "--tmpfs", "/run"]
-        args += ["--dir", SANDBOX_HOME, "--dir", "/root"]
+        args += ["--proc", "/proc", "--dev", "/dev", *tmp_size, "--tmpfs", "/tmp"]
+        if not self.spec.rootfs:
+            args += ["--tmpfs", "/run", "--dir", "/root"]
+        args += ["--dir", self.home]
         for host_path, inside in self.spec.ro_mounts.items():
             args += ["--ro-bind", host_path, inside]
-        args += [
-            "--bind",
-            str(self.workspace.merged),
-            self.spec.workdir,
-            "--chdir",
-            self.spec.workdir,
-            "--clearenv",
-        ]
+        args += ["--bind", str(self.workspace.merged), self.spec.workdir]
+        args += ["--chdir", self.spec.workdir, "--clearenv"]
         return args
 
     def stop(self) -> None:
@@ -193,7 +185,7 @@ class LocalSandbox:
             raise SandboxError("exec on a sandbox that is not started")
         if (over := spent(self.spec.limits, self._started)) is not None:
             return over
-        full_env = {"PATH": DEFAULT_PATH, "HOME": SANDBOX_HOME, **self.spec.env, **(env or {})}
+        full_env = {"PATH": DEFAULT_PATH, "HOME": self.home, **self.spec.env, **(env or {})}
         cmd = [
             "nsenter",
             "-t",
@@ -206,7 +198,7 @@ class LocalSandbox:
             "-r",
             f"--wdns={cwd or self.spec.workdir}",
             "--",
-            "/usr/bin/env",
+            "env",
             "-i",
             *(f"{k}={v}" for k, v in full_env.items()),
             *argv,
