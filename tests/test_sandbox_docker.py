@@ -232,3 +232,16 @@ def test_base_images_of_a_dockerfile() -> None:
         "FROM --platform=linux/amd64 deb:$V\nFROM scratch\n"
     )
     assert base_images(text) == ["python:3.12"]
+
+
+def test_an_unprivileged_user_owns_the_workspace_and_nothing_else(task: Path, image: str) -> None:
+    with DockerSandbox(SandboxSpec(task, user=1000), image=image, docker=ENGINE) as sb:
+        r = sh(
+            sb,
+            "id -u; echo more >> a.txt && echo new > b.txt && echo home > $HOME/h && echo ok; "
+            "touch /etc/hp-nope 2>/dev/null || echo denied",
+        )
+        assert r.stdout.split() == ["1000", "ok", "denied"], r.stdout + r.stderr
+        d = sb.diff()
+        assert (d.added, d.modified, d.deleted) == (["b.txt"], ["a.txt"], [])  # the hand-over left no trace
+    assert (task / "a.txt").read_text() == "hello\n" and (task / "a.txt").stat().st_uid == 0

@@ -351,3 +351,16 @@ def test_a_tasks_own_root_filesystem(task: Path, tmp_path: Path) -> None:
         sh(sb, "echo changed > a.txt")
         assert sb.diff().modified == ["a.txt"]
         assert sh(sb, "touch /bin/x 2>&1; echo $?").stdout.strip().endswith("1")  # read-only
+
+
+def test_an_unprivileged_user_owns_the_workspace_and_nothing_else(task: Path) -> None:
+    with LocalSandbox(SandboxSpec(task, user=1000)) as sb:
+        r = sh(
+            sb,
+            "id -u; echo more >> a.txt && echo new > b.txt && echo home > $HOME/h && echo ok; "
+            "touch /etc/hp-nope 2>/dev/null || echo denied",
+        )
+        assert r.stdout.split() == ["1000", "ok", "denied"], r.stdout + r.stderr
+        d = sb.diff()
+        assert (d.added, d.modified, d.deleted) == (["b.txt"], ["a.txt"], [])  # the hand-over left no trace
+    assert (task / "a.txt").read_text() == "hello\n" and (task / "a.txt").stat().st_uid == 0

@@ -29,6 +29,7 @@ class SandboxSpec:
     workdir: str = "/workspace"  # where the workspace appears inside, and where commands start
     # local backend: a root filesystem folder, read-only (with /proc, /dev, /tmp); default: the host's /usr
     rootfs: Path | None = None
+    user: int = 0  # uid (and gid) commands run as; the workspace is handed to it
     env: dict[str, str] = field(default_factory=dict)
     # host path -> sandbox path, read-only (e.g. the host's agent cache)
     ro_mounts: dict[str, str] = field(default_factory=dict)

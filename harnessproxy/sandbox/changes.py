@@ -38,7 +38,16 @@ def _read(path: Path) -> bytes:
     return os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
 
 
-def diff_overlay(lower: Path, upper: Path) -> Diff:
+def _metacopy(path: Path) -> bool:
+    """An upper entry whose data still lives in the lower dir (a chown or chmod copied up metadata only)."""
+    try:
+        return "trusted.overlay.metacopy" in os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def diff_overlay(lower: Path, upper: Path, merged: Path) -> Diff:
+    """`merged` gives the new contents: a metacopy entry in `upper` holds none of its own."""
     added: list[str] = []
     modified: list[str] = []
     deleted: list[str] = []
@@ -65,13 +74,14 @@ def diff_overlay(lower: Path, upper: Path) -> Diff:
                 continue  # walked; empty directories are not changes (as in git)
             before = lower / rel
             if before.is_file() or before.is_symlink():
-                if _read(before) != _read(path) or before.lstat().st_mode != st.st_mode:
+                same_data = _metacopy(path) or _read(before) == _read(merged / rel)
+                if not same_data or before.lstat().st_mode != st.st_mode:
                     modified.append(rel)
             else:
                 added.append(rel)
     added, modified, deleted = sorted(added), sorted(modified), sorted(set(deleted))
-    patch, binary = _patch(lower, upper, added, modified, deleted)
-    return Diff(patch, added, modified, deleted, binary, _archive(upper, added + modified))
+    patch, binary = _patch(lower, merged, added, modified, deleted)
+    return Diff(patch, added, modified, deleted, binary, _archive(merged, added + modified))
 
 
 def _text(data: bytes) -> str | None:
@@ -84,25 +94,25 @@ def _text(data: bytes) -> str | None:
 
 
 def _patch(
-    lower: Path, upper: Path, added: list[str], modified: list[str], deleted: list[str]
+    lower: Path, merged: Path, added: list[str], modified: list[str], deleted: list[str]
 ) -> tuple[str, list[str]]:
     out: list[str] = []
     binary: list[str] = []
     changes = [(p, "add") for p in added] + [(p, "mod") for p in modified] + [(p, "del") for p in deleted]
     for rel, kind in sorted(changes):
         old = b"" if kind == "add" else _read(lower / rel)
-        new = b"" if kind == "del" else _read(upper / rel)
+        new = b"" if kind == "del" else _read(merged / rel)
         old_text, new_text = _text(old), _text(new)
         if old_text is None or new_text is None:
             binary.append(rel)  # carried by the archive (and `deleted`): a patch without index lines cannot
             continue
         out.append(f"diff --git a/{rel} b/{rel}\n")
         if kind == "add":
-            out.append(f"new file mode {_mode(upper / rel)}\n")
+            out.append(f"new file mode {_mode(merged / rel)}\n")
         elif kind == "del":
             out.append(f"deleted file mode {_mode(lower / rel)}\n")
-        elif _mode(lower / rel) != _mode(upper / rel):
-            out.append(f"old mode {_mode(lower / rel)}\nnew mode {_mode(upper / rel)}\n")
+        elif _mode(lower / rel) != _mode(merged / rel):
+            out.append(f"old mode {_mode(lower / rel)}\nnew mode {_mode(merged / rel)}\n")
         lines = difflib.unified_diff(
             old_text.splitlines(keepends=True),
             new_text.splitlines(keepends=True),
@@ -121,9 +131,9 @@ def _mode(path: Path) -> str:
     return "100755" if st.st_mode & 0o111 else "100644"
 
 
-def _archive(upper: Path, paths: list[str]) -> bytes:
+def _archive(merged: Path, paths: list[str]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for rel in paths:
-            tar.add(upper / rel, arcname=rel, recursive=False)
+            tar.add(merged / rel, arcname=rel, recursive=False)
     return buf.getvalue()

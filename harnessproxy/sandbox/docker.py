@@ -28,6 +28,7 @@ from harnessproxy.sandbox.workspace import (
 LABEL = "harnessproxy.sandbox"
 OUTPUT_CAP = 1 << 20
 HOLD = ["sleep", "2147483647"]  # the container's main process: keeps it up between commands
+USER_HOME = "/tmp/home"  # HOME of an unprivileged spec.user (on the container's own /tmp)
 
 
 def client() -> Any:
@@ -74,6 +75,8 @@ class DockerSandbox:
         except docker.errors.ImageNotFound as exc:
             raise SandboxError(f"docker image {self.image!r} not found locally (nothing is pulled)") from exc
         self.workspace.mount()
+        if self.spec.user:
+            self.workspace.give_to(self.spec.user)
         limits = self.spec.limits
         mounts = [Mount(self.spec.workdir, str(self.workspace.merged), type="bind")]
         mounts += [
@@ -104,6 +107,9 @@ class DockerSandbox:
         except docker.errors.DockerException as exc:
             self.stop()
             raise SandboxError(f"docker could not start the sandbox: {exc}") from exc
+        if self.spec.user and self.pid and self._holder:
+            uid = str(self.spec.user)
+            self._exec(["sh", "-c", f'mkdir -p {USER_HOME} && chown "$1:$1" {USER_HOME}', "sh", uid], uid=0)
         if not self.pid or not self._holder:
             self.stop()
             raise SandboxError("docker started the container but it is not running")
@@ -132,6 +138,18 @@ class DockerSandbox:
         timeout: float | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        return self._exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, uid=self.spec.user)
+
+    def _exec(
+        self,
+        argv: list[str],
+        *,
+        uid: int,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         if self.container is None or self.pid is None:
             raise SandboxError("exec on a sandbox that is not started")
         if (over := spent(self.spec.limits, self._started)) is not None:
@@ -141,12 +159,14 @@ class DockerSandbox:
         api = self.docker.api
         before = self._counters()
         start = time.monotonic()
+        environment = {"HOME": USER_HOME, **(env or {})} if uid else (env or {})
         exec_id = api.exec_create(
             self.container.id,
             argv,
             stdin=stdin is not None,
-            environment=env or {},
+            environment=environment,
             workdir=cwd or self.spec.workdir,
+            user=f"{uid}:{uid}" if uid else "",
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
         raw = getattr(sock, "_sock", sock)

@@ -119,6 +119,10 @@ class LocalSandbox:
         for pid in (self.pid, self._sleeper):
             self.cgroups.join(pid)
         self._write_owner()
+        if self.spec.user:
+            self.workspace.give_to(self.spec.user)
+            uid = str(self.spec.user)
+            self._exec(["sh", "-c", 'mkdir -p "$HOME" && chown "$1:$1" "$HOME"', "sh", uid], uid=0)
 
     @property
     def limits_applied(self) -> dict[str, str]:
@@ -181,6 +185,18 @@ class LocalSandbox:
         timeout: float | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
+        return self._exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, uid=self.spec.user)
+
+    def _exec(
+        self,
+        argv: list[str],
+        *,
+        uid: int,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         if self.pid is None:
             raise SandboxError("exec on a sandbox that is not started")
         if (over := spent(self.spec.limits, self._started)) is not None:
@@ -197,6 +213,7 @@ class LocalSandbox:
             "-p",
             "-r",
             f"--wdns={cwd or self.spec.workdir}",
+            *([f"--setuid={uid}", f"--setgid={uid}"] if uid else []),
             "--",
             "env",
             "-i",

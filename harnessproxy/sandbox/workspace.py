@@ -44,13 +44,19 @@ class OverlayWorkspace:
         for d in ("upper", "work"):
             (self.rw / d).mkdir(exist_ok=True)
         opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.rw / 'work'}"
-        self._mount("overlay", self.merged, "overlay", opts, "overlay")
+        try:  # metacopy: a chown (see give_to) copies up metadata, not file contents
+            self._mount("overlay", self.merged, "overlay", opts + ",metacopy=on", "overlay", cleanup=False)
+        except SandboxError:
+            self._mount("overlay", self.merged, "overlay", opts, "overlay")
 
-    def _mount(self, source: str, target: Path, fstype: str, options: str, what: str) -> None:
+    def _mount(
+        self, source: str, target: Path, fstype: str, options: str, what: str, cleanup: bool = True
+    ) -> None:
         # mount(2) directly: a `mount` subprocess costs more than the rest of a sandbox's start.
         if _libc.mount(source.encode(), str(target).encode(), fstype.encode(), 0, options.encode()) != 0:
             err = ctypes.get_errno()
-            teardown(self.state)
+            if cleanup:
+                teardown(self.state)
             raise SandboxError(f"mounting the workspace {what} failed: {os.strerror(err)}")
 
     def host_path(self, path: str, workdir: str) -> Path:
@@ -70,7 +76,14 @@ class OverlayWorkspace:
         target.write_bytes(data)
 
     def diff(self) -> Diff:
-        return diff_overlay(self.lower, self.upper)
+        return diff_overlay(self.lower, self.upper, self.merged)
+
+    def give_to(self, uid: int) -> None:
+        """Hand the workspace to an unprivileged user. With metacopy this copies up metadata only."""
+        for dirpath, dirnames, filenames in os.walk(self.merged):
+            for name in [*dirnames, *filenames]:
+                os.lchown(os.path.join(dirpath, name), uid, uid)
+        os.lchown(self.merged, uid, uid)
 
     def full(self) -> bool:
         return self.disk_mb is not None and os.statvfs(self.rw).f_bavail == 0
