@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # All set-up on a fresh Debian 12 machine: Debian packages (python3-venv, git, bubblewrap, docker.io,
-# busybox-static), a virtualenv (.venv) with harnessproxy and its dev tools (pytest, the official
+# busybox-static, nodejs, npm), a virtualenv (.venv) with harnessproxy and its dev tools (pytest, the official
 # anthropic/openai SDKs used as real clients, ruff), and a running docker engine. Safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)  # the local sandbox
 command -v nsenter >/dev/null 2>&1 || need+=(util-linux)
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)  # the docker sandbox
+command -v npm >/dev/null 2>&1 || need+=(nodejs npm)  # agent CLIs come from the npm registry
 # the docker tests' base image is made here from a static busybox (no registry is reachable)
 dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q "ok installed" || need+=(busybox-static)
 if [ ${#need[@]} -gt 0 ]; then
