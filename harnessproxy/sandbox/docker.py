@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox import ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox.base import SandboxBase
 from harnessproxy.sandbox.limits import exec_timeout, spent
-from harnessproxy.sandbox.netns import listen_in_netns
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
     OverlayWorkspace,
@@ -43,7 +43,7 @@ def client() -> Any:
         raise SandboxError(f"no docker engine reachable: {exc}") from exc
 
 
-class DockerSandbox:
+class DockerSandbox(SandboxBase):
     def __init__(
         self, spec: SandboxSpec, *, image: str, sandbox_id: str | None = None, docker: Any = None
     ) -> None:
@@ -128,17 +128,6 @@ class DockerSandbox:
         if self.spec.limits.disk_mb is not None:
             applied["disk"] = "tmpfs"
         return applied
-
-    def exec(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        return self._exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, uid=self.spec.user)
 
     def _exec(
         self,
@@ -251,33 +240,12 @@ class DockerSandbox:
             hit.append("disk")
         return hit
 
-    def read_file(self, path: str) -> bytes:
-        return self.workspace.read_file(path, self.spec.workdir)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        self.workspace.write_file(path, self.spec.workdir, data)
-
-    def listen(self, port: int = 0) -> socket.socket:
-        if self.pid is None:
-            raise SandboxError("listen on a sandbox that is not started")
-        return listen_in_netns(self.pid, "127.0.0.1", port)
-
-    def diff(self) -> Diff:
-        return self.workspace.diff()
-
     def stop(self) -> None:
         if self.container is not None:
             with contextlib.suppress(Exception):  # already gone, or the engine went away: nothing to keep
                 self.container.remove(force=True)
             self.container = None
         teardown(self.state)
-
-    def __enter__(self) -> DockerSandbox:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def gc(docker_client: Any = None) -> list[str]:

@@ -17,15 +17,14 @@ import os
 import selectors
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
 from pathlib import Path
 
-from harnessproxy.sandbox import Diff, ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox import ExecResult, SandboxError, SandboxSpec
+from harnessproxy.sandbox.base import SandboxBase
 from harnessproxy.sandbox.limits import Cgroups, exec_timeout, remove_stale, spent
-from harnessproxy.sandbox.netns import listen_in_netns
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
     OverlayWorkspace,
@@ -62,7 +61,7 @@ def _need(tool: str) -> str:
     return path
 
 
-class LocalSandbox:
+class LocalSandbox(SandboxBase):
     def __init__(self, spec: SandboxSpec, *, sandbox_id: str | None = None) -> None:
         self.spec = spec
         self.id = sandbox_id or f"sb-{uuid.uuid4().hex[:12]}"
@@ -176,17 +175,6 @@ class LocalSandbox:
         teardown(self.state)
 
     # -- inside --------------------------------------------------------------------------------------
-    def exec(
-        self,
-        argv: list[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        return self._exec(argv, env=env, cwd=cwd, timeout=timeout, stdin=stdin, uid=self.spec.user)
-
     def _exec(
         self,
         argv: list[str],
@@ -295,21 +283,6 @@ class LocalSandbox:
         kill_namespace(self.pid, keep={self.pid, self._sleeper})
         proc.kill()
 
-    # -- files ---------------------------------------------------------------------------------------
-    def read_file(self, path: str) -> bytes:
-        return self.workspace.read_file(path, self.spec.workdir)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        self.workspace.write_file(path, self.spec.workdir, data)
-
-    def listen(self, port: int = 0) -> socket.socket:
-        if self.pid is None:
-            raise SandboxError("listen on a sandbox that is not started")
-        return listen_in_netns(self.pid, "127.0.0.1", port)
-
-    def diff(self) -> Diff:
-        return self.workspace.diff()
-
     def _write_owner(self) -> None:
         """What gc needs to clean up after a controller that was killed before stop()."""
         pidns = None
@@ -323,13 +296,6 @@ class LocalSandbox:
             "pidns": pidns,
         }
         (self.state / "owner.json").write_text(json.dumps(owner))
-
-    def __enter__(self) -> LocalSandbox:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def _read_all(fd: int) -> bytes:
