@@ -168,9 +168,12 @@ class LocalSandbox(SandboxBase):
         if self.pid is not None:
             for pid in pids_in_pidns(self.pid):
                 kill(pid)
-        if self._holder is not None and self._holder.poll() is None:
-            os.killpg(self._holder.pid, signal.SIGKILL)
-            self._holder.wait()
+        if self._holder is not None:
+            if self._holder.poll() is None:
+                os.killpg(self._holder.pid, signal.SIGKILL)
+                self._holder.wait()
+            if self._holder.stderr:
+                self._holder.stderr.close()
         self.cgroups.remove()
         teardown(self.state)
 
