@@ -364,3 +364,14 @@ def test_an_unprivileged_user_owns_the_workspace_and_nothing_else(task: Path) ->
         d = sb.diff()
         assert (d.added, d.modified, d.deleted) == (["b.txt"], ["a.txt"], [])  # the hand-over left no trace
     assert (task / "a.txt").read_text() == "hello\n" and (task / "a.txt").stat().st_uid == 0
+
+
+def test_without_writable_cgroups_limits_fall_back_to_rlimits(task: Path, monkeypatch) -> None:
+    from harnessproxy.sandbox import limits
+
+    monkeypatch.setattr(limits, "CGROUP_ROOT", Path("/proc/hp-no-cgroups-here"))  # nothing can be made there
+    with LocalSandbox(SandboxSpec(task, limits=Limits(memory_mb=200, cpus=1))) as sb:
+        assert sb.limits_applied == {"memory": "rlimit", "cpu": "none"}  # said plainly, not pretended
+        r = sb.exec(["python3", "-c", "x = bytearray(400 * 1024 * 1024); print('survived')"], timeout=30)
+        assert r.exit_code != 0 and "MemoryError" in r.stderr
+        assert sb.exec(["python3", "-c", "x = bytearray(50 * 1024 * 1024); print('fits')"]).stdout == "fits\n"

@@ -22,6 +22,11 @@ class Limits:
     disk_mb: int | None = None  # for the workspace's changes, and for /tmp, each
     wall_s: float | None = None  # the sandbox's whole life: every exec's timeout is cut to what is left
 
+    def requested(self) -> set[str]:
+        """The process limits asked for (cpu, memory, pids); disk and wall clock are handled apart."""
+        asked = (("cpu", self.cpus), ("memory", self.memory_mb), ("pids", self.pids))
+        return {name for name, value in asked if value is not None}
+
 
 @dataclass
 class SandboxSpec:

@@ -13,9 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from harnessproxy.sandbox import ExecResult, SandboxError, SandboxSpec
-from harnessproxy.sandbox.base import SandboxBase
-from harnessproxy.sandbox.limits import exec_timeout, spent
+from harnessproxy.sandbox import SandboxError, SandboxSpec
+from harnessproxy.sandbox.base import OUTPUT_CAP, SandboxBase
+from harnessproxy.sandbox.limits import cgroup_dirs, read_counters
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
     OverlayWorkspace,
@@ -26,7 +26,6 @@ from harnessproxy.sandbox.workspace import (
 )
 
 LABEL = "harnessproxy.sandbox"
-OUTPUT_CAP = 1 << 20
 HOLD = ["sleep", "2147483647"]  # the container's main process: keeps it up between commands
 USER_HOME = "/tmp/home"  # HOME of an unprivileged spec.user (on the container's own /tmp)
 
@@ -107,54 +106,32 @@ class DockerSandbox(SandboxBase):
         except docker.errors.DockerException as exc:
             self.stop()
             raise SandboxError(f"docker could not start the sandbox: {exc}") from exc
-        if self.spec.user and self.pid and self._holder:
-            uid = str(self.spec.user)
-            self._exec(["sh", "-c", f'mkdir -p {USER_HOME} && chown "$1:$1" {USER_HOME}', "sh", uid], uid=0)
         if not self.pid or not self._holder:
             self.stop()
             raise SandboxError("docker started the container but it is not running")
+        if self.spec.user:
+            uid = str(self.spec.user)
+            self._exec(["sh", "-c", f'mkdir -p {USER_HOME} && chown "$1:$1" {USER_HOME}', "sh", uid], uid=0)
 
-    @property
-    def limits_applied(self) -> dict[str, str]:
-        applied = {
-            k: "docker"
-            for k, v in (
-                ("cpu", self.spec.limits.cpus),
-                ("memory", self.spec.limits.memory_mb),
-                ("pids", self.spec.limits.pids),
-            )
-            if v is not None
-        }
-        if self.spec.limits.disk_mb is not None:
-            applied["disk"] = "tmpfs"
-        return applied
-
-    def _exec(
+    def _run(
         self,
         argv: list[str],
         *,
         uid: int,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        if self.container is None or self.pid is None:
-            raise SandboxError("exec on a sandbox that is not started")
-        if (over := spent(self.spec.limits, self._started)) is not None:
-            return over
+        env: dict[str, str],
+        cwd: str,
+        timeout: float | None,
+        stdin: bytes | None,
+    ) -> tuple[bytes, bytes, int, bool]:
         from docker.utils.socket import frames_iter
 
         api = self.docker.api
-        before = self._counters()
-        start = time.monotonic()
-        environment = {"HOME": USER_HOME, **(env or {})} if uid else (env or {})
         exec_id = api.exec_create(
             self.container.id,
             argv,
             stdin=stdin is not None,
-            environment=environment,
-            workdir=cwd or self.spec.workdir,
+            environment={"HOME": USER_HOME, **env} if uid else env,
+            workdir=cwd,
             user=f"{uid}:{uid}" if uid else "",
         )["Id"]
         sock = api.exec_start(exec_id, socket=True)
@@ -175,70 +152,27 @@ class DockerSandbox(SandboxBase):
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         timed_out = False
-        timeout = exec_timeout(self.spec.limits, self._started, timeout)
-        deadline = None if timeout is None else start + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while reader.is_alive():
             reader.join(0.05)
-            info = api.exec_inspect(exec_id)
-            if not info["Running"]:
+            if not api.exec_inspect(exec_id)["Running"]:
                 reader.join(0.2)  # a background child may hold the stream: do not wait for it
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 timed_out = True
-                self._kill_all_but_init()
+                kill_namespace(self.pid, keep={self.pid, self._holder})  # all but tini and the holder
                 deadline = None
-        info = api.exec_inspect(exec_id)
+        code = api.exec_inspect(exec_id).get("ExitCode")
         sock.close()
-        code = info.get("ExitCode")
         if timed_out or code is None:
             code = -9  # as the local backend reports a SIGKILL; docker itself would say 137
-        return ExecResult(
-            exit_code=code,
-            stdout=bytes(bufs[1][:OUTPUT_CAP]).decode(errors="replace"),
-            stderr=bytes(bufs[2][:OUTPUT_CAP]).decode(errors="replace"),
-            duration_s=time.monotonic() - start,
-            timed_out=timed_out,
-            stdout_truncated=len(bufs[1]) > OUTPUT_CAP,
-            stderr_truncated=len(bufs[2]) > OUTPUT_CAP,
-            limits_hit=self._limits_hit(before),
-        )
-
-    def _kill_all_but_init(self) -> None:
-        assert self.pid is not None
-        kill_namespace(self.pid, keep={self.pid, self._holder})
-
-    def _cgroup(self, controller: str) -> Path | None:
-        try:
-            for line in Path(f"/proc/{self.pid}/cgroup").read_text().splitlines():
-                _, names, path = line.split(":", 2)
-                if controller in names.split(",") or (names == "" and controller == ""):
-                    base = Path("/sys/fs/cgroup") / (controller if names else "")
-                    return base / path.lstrip("/")
-        except OSError:
-            return None
-        return None
+        return bytes(bufs[1]), bytes(bufs[2]), code, timed_out
 
     def _counters(self) -> dict[str, int]:
-        from harnessproxy.sandbox.limits import _field
+        return read_counters(cgroup_dirs(self.pid)) if self.pid else {}
 
-        out = {}
-        mem, pids = self._cgroup("memory"), self._cgroup("pids")
-        if mem is not None and (mem / "memory.oom_control").exists():
-            out["memory"] = _field(mem / "memory.oom_control", "oom_kill")
-        if pids is not None and (pids / "pids.events").exists():
-            out["pids"] = _field(pids / "pids.events", "max")
-        unified = self._cgroup("")
-        if unified is not None and (unified / "memory.events").exists():
-            out["memory"] = _field(unified / "memory.events", "oom_kill")
-            out["pids"] = _field(unified / "pids.events", "max")
-        return out
-
-    def _limits_hit(self, before: dict[str, int]) -> list[str]:
-        after = self._counters()
-        hit = [k for k in sorted(after) if after[k] > before.get(k, 0)]
-        if self.workspace.full():
-            hit.append("disk")
-        return hit
+    def _enforced(self) -> dict[str, str]:
+        return dict.fromkeys(self.spec.limits.requested(), "docker")
 
     def stop(self) -> None:
         if self.container is not None:

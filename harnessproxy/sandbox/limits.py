@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from pathlib import Path
 
-from harnessproxy.sandbox import ExecResult, Limits
+from harnessproxy.sandbox import Limits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP = "harnessproxy"
-
-
-def _write(path: Path, value: str) -> None:
-    path.write_text(value)
 
 
 class Cgroups:
@@ -33,15 +28,7 @@ class Cgroups:
         return (CGROUP_ROOT / "cgroup.controllers").exists()
 
     def create(self) -> None:
-        wanted = {
-            k
-            for k, v in (
-                ("memory", self.limits.memory_mb),
-                ("pids", self.limits.pids),
-                ("cpu", self.limits.cpus),
-            )
-            if v is not None
-        }
+        wanted = self.limits.requested()
         if not wanted:
             return
         try:
@@ -59,19 +46,19 @@ class Cgroups:
         parent = CGROUP_ROOT / GROUP
         parent.mkdir(exist_ok=True)
         enable = " ".join(f"+{c}" for c in sorted(wanted))
-        _write(CGROUP_ROOT / "cgroup.subtree_control", enable)
-        _write(parent / "cgroup.subtree_control", enable)
+        (CGROUP_ROOT / "cgroup.subtree_control").write_text(enable)
+        (parent / "cgroup.subtree_control").write_text(enable)
         d = parent / self.name
         d.mkdir(exist_ok=True)
         self.dirs["all"] = d
         if self.limits.memory_mb is not None:
-            _write(d / "memory.max", str(self.limits.memory_mb << 20))
+            (d / "memory.max").write_text(str(self.limits.memory_mb << 20))
             with contextlib.suppress(OSError):
-                _write(d / "memory.swap.max", "0")
+                (d / "memory.swap.max").write_text("0")
         if self.limits.pids is not None:
-            _write(d / "pids.max", str(self.limits.pids))
+            (d / "pids.max").write_text(str(self.limits.pids))
         if self.limits.cpus is not None:
-            _write(d / "cpu.max", f"{int(self.limits.cpus * 100_000)} 100000")
+            (d / "cpu.max").write_text(f"{int(self.limits.cpus * 100_000)} 100000")
         self.applied = dict.fromkeys(wanted, "cgroup v2")
 
     def _create_v1(self, wanted: set[str]) -> None:
@@ -81,14 +68,14 @@ class Cgroups:
             self.dirs[controller] = d
         if self.limits.memory_mb is not None:
             d = self.dirs["memory"]
-            _write(d / "memory.limit_in_bytes", str(self.limits.memory_mb << 20))
+            (d / "memory.limit_in_bytes").write_text(str(self.limits.memory_mb << 20))
             with contextlib.suppress(OSError):  # no swap accounting on some kernels
-                _write(d / "memory.memsw.limit_in_bytes", str(self.limits.memory_mb << 20))
+                (d / "memory.memsw.limit_in_bytes").write_text(str(self.limits.memory_mb << 20))
         if self.limits.pids is not None:
-            _write(self.dirs["pids"] / "pids.max", str(self.limits.pids))
+            (self.dirs["pids"] / "pids.max").write_text(str(self.limits.pids))
         if self.limits.cpus is not None:
-            _write(self.dirs["cpu"] / "cpu.cfs_period_us", "100000")
-            _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(int(self.limits.cpus * 100_000)))
+            (self.dirs["cpu"] / "cpu.cfs_period_us").write_text("100000")
+            (self.dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(int(self.limits.cpus * 100_000)))
         self.applied = dict.fromkeys(wanted, "cgroup v1")
 
     def procs_files(self) -> list[str]:
@@ -109,27 +96,56 @@ class Cgroups:
         return args
 
     def counters(self) -> dict[str, int]:
-        """Monotonic counts of limit hits: OOM kills, refused forks."""
-        out: dict[str, int] = {}
-        mem = self.dirs.get("memory") or self.dirs.get("all")
-        if mem is not None:
-            name = "memory.events" if "all" in self.dirs else "memory.oom_control"
-            out["memory"] = _field(mem / name, "oom_kill")
-        pids = self.dirs.get("pids") or self.dirs.get("all")
-        if pids is not None:
-            out["pids"] = _field(pids / "pids.events", "max")
-        return out
+        return read_counters(self.dirs)
 
     def remove(self) -> None:
         for d in self.dirs.values():
-            for _ in range(100):  # killed processes leave their cgroup asynchronously
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            _rmdir(d)
+
+
+def read_counters(dirs: dict[str, Path]) -> dict[str, int]:
+    """Monotonic counts of limit hits in a cgroup (controller -> dir, or "all" -> the v2 dir): OOM kills
+    ("memory") and refused forks ("pids")."""
+    out: dict[str, int] = {}
+    files = {
+        "memory": ("memory.events", "all") if "all" in dirs else ("memory.oom_control", "memory"),
+        "pids": ("pids.events", "all" if "all" in dirs else "pids"),
+    }
+    for limit, (name, controller) in files.items():
+        d = dirs.get(controller)
+        if d is not None and (d / name).exists():
+            out[limit] = _field(d / name, "oom_kill" if limit == "memory" else "max")
+    return out
+
+
+def cgroup_dirs(pid: int) -> dict[str, Path]:
+    """The memory and pids cgroups of a process (e.g. a container's init), shaped for read_counters."""
+    dirs: dict[str, Path] = {}
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return dirs
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if names == "":
+            if (CGROUP_ROOT / "cgroup.controllers").exists():
+                dirs["all"] = CGROUP_ROOT / path.lstrip("/")
+            continue
+        for controller in ("memory", "pids"):
+            if controller in names.split(","):
+                dirs[controller] = CGROUP_ROOT / controller / path.lstrip("/")
+    return dirs
+
+
+def _rmdir(d: Path) -> None:
+    for _ in range(100):  # killed processes leave their cgroup asynchronously
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.01)
 
 
 def exec_timeout(limits: Limits, started: float, timeout: float | None) -> float | None:
@@ -138,13 +154,6 @@ def exec_timeout(limits: Limits, started: float, timeout: float | None) -> float
         return timeout
     left = max(0.0, started + limits.wall_s - time.monotonic())
     return left if timeout is None else min(timeout, left)
-
-
-def spent(limits: Limits, started: float) -> ExecResult | None:
-    """The answer to an exec once the sandbox's wall clock is used up: nothing more runs."""
-    if limits.wall_s is not None and time.monotonic() >= started + limits.wall_s:
-        return ExecResult(-9, "", "the sandbox's wall clock is used up\n", 0.0, timed_out=True)
-    return None
 
 
 def _field(path: Path, key: str) -> int:
@@ -168,13 +177,4 @@ def remove_stale(name: str) -> None:
             for pid in (d / "cgroup.procs").read_text().split() if (d / "cgroup.procs").exists() else []:
                 with contextlib.suppress(OSError):
                     os.kill(int(pid), 9)
-            for _ in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.01)
-
-
-def has_prlimit() -> bool:
-    return shutil.which("prlimit") is not None
+            _rmdir(d)

@@ -22,9 +22,9 @@ import time
 import uuid
 from pathlib import Path
 
-from harnessproxy.sandbox import ExecResult, SandboxError, SandboxSpec
-from harnessproxy.sandbox.base import SandboxBase
-from harnessproxy.sandbox.limits import Cgroups, exec_timeout, remove_stale, spent
+from harnessproxy.sandbox import SandboxError, SandboxSpec
+from harnessproxy.sandbox.base import OUTPUT_CAP, SandboxBase
+from harnessproxy.sandbox.limits import Cgroups, remove_stale
 from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
     OverlayWorkspace,
@@ -36,7 +36,6 @@ from harnessproxy.sandbox.workspace import (
     wait_child,
 )
 
-OUTPUT_CAP = 1 << 20  # bytes kept per stream of one exec
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SANDBOX_HOME = "/home/sandbox"
 _ETC = {
@@ -123,13 +122,8 @@ class LocalSandbox(SandboxBase):
             uid = str(self.spec.user)
             self._exec(["sh", "-c", 'mkdir -p "$HOME" && chown "$1:$1" "$HOME"', "sh", uid], uid=0)
 
-    @property
-    def limits_applied(self) -> dict[str, str]:
-        """How each requested limit is enforced: "cgroup v2", "cgroup v1", "tmpfs", "rlimit" or "none"."""
-        applied = dict(self.cgroups.applied)
-        if self.spec.limits.disk_mb is not None:
-            applied["disk"] = "tmpfs"
-        return applied
+    def _enforced(self) -> dict[str, str]:
+        return dict(self.cgroups.applied)
 
     @property
     def home(self) -> str:
@@ -178,46 +172,26 @@ class LocalSandbox(SandboxBase):
         teardown(self.state)
 
     # -- inside --------------------------------------------------------------------------------------
-    def _exec(
+    def _run(
         self,
         argv: list[str],
         *,
         uid: int,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout: float | None = None,
-        stdin: bytes | None = None,
-    ) -> ExecResult:
-        if self.pid is None:
-            raise SandboxError("exec on a sandbox that is not started")
-        if (over := spent(self.spec.limits, self._started)) is not None:
-            return over
-        full_env = {"PATH": DEFAULT_PATH, "HOME": self.home, **self.spec.env, **(env or {})}
-        cmd = [
-            "nsenter",
-            "-t",
-            str(self.pid),
-            "-m",
-            "-u",
-            "-i",
-            "-n",
-            "-p",
-            "-r",
-            f"--wdns={cwd or self.spec.workdir}",
-            *([f"--setuid={uid}", f"--setgid={uid}"] if uid else []),
-            "--",
-            "env",
-            "-i",
-            *(f"{k}={v}" for k, v in full_env.items()),
-            *argv,
-        ]
+        env: dict[str, str],
+        cwd: str,
+        timeout: float | None,
+        stdin: bytes | None,
+    ) -> tuple[bytes, bytes, int, bool]:
+        full_env = {"PATH": DEFAULT_PATH, "HOME": self.home, **self.spec.env, **env}
+        cmd = ["nsenter", "-t", str(self.pid), "-m", "-u", "-i", "-n", "-p", "-r", f"--wdns={cwd}"]
+        if uid:
+            cmd += [f"--setuid={uid}", f"--setgid={uid}"]
+        cmd += ["--", "env", "-i", *(f"{k}={v}" for k, v in full_env.items()), *argv]
         if self.cgroups.rlimit_args():
             cmd = ["prlimit", *self.cgroups.rlimit_args(), "--", *cmd]
         if self.cgroups.dirs:  # the command and all it starts belong to the sandbox's cgroup(s)
             files = " ".join(self.cgroups.procs_files())
             cmd = ["/bin/sh", "-c", f'echo $$ | tee {files} >/dev/null && exec "$@"', "sh", *cmd]
-        before = self.cgroups.counters()
-        start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -227,25 +201,11 @@ class LocalSandbox(SandboxBase):
         if stdin and proc.stdin:
             proc.stdin.write(stdin)
             proc.stdin.close()
-        out, err, timed_out = self._collect(proc, exec_timeout(self.spec.limits, self._started, timeout))
-        code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-        return ExecResult(
-            exit_code=code,
-            stdout=out[:OUTPUT_CAP].decode(errors="replace"),
-            stderr=err[:OUTPUT_CAP].decode(errors="replace"),
-            duration_s=time.monotonic() - start,
-            timed_out=timed_out,
-            stdout_truncated=len(out) > OUTPUT_CAP,
-            stderr_truncated=len(err) > OUTPUT_CAP,
-            limits_hit=self._limits_hit(before),
-        )
+        out, err, timed_out = self._collect(proc, timeout)
+        return out, err, proc.returncode if proc.returncode is not None else -signal.SIGKILL, timed_out
 
-    def _limits_hit(self, before: dict[str, int]) -> list[str]:
-        after = self.cgroups.counters()
-        hit = [k for k in sorted(after) if after[k] > before.get(k, 0)]
-        if self.workspace.full():
-            hit.append("disk")
-        return hit
+    def _counters(self) -> dict[str, int]:
+        return self.cgroups.counters()
 
     def _collect(self, proc: subprocess.Popen[bytes], timeout: float | None) -> tuple[bytes, bytes, bool]:
         """Read both pipes until the command exits; a background child that keeps a pipe open does not hold
