@@ -245,3 +245,10 @@ def test_an_unprivileged_user_owns_the_workspace_and_nothing_else(task: Path, im
         d = sb.diff()
         assert (d.added, d.modified, d.deleted) == (["b.txt"], ["a.txt"], [])  # the hand-over left no trace
     assert (task / "a.txt").read_text() == "hello\n" and (task / "a.txt").stat().st_uid == 0
+
+
+def test_gc_of_either_backend_leaves_a_live_sandbox_alone(sandbox: DockerSandbox) -> None:
+    from harnessproxy.sandbox import local
+
+    assert sandbox.id not in gc(ENGINE) + local.gc()
+    assert sh(sandbox, "cat a.txt").stdout == "hello\n"  # its workspace is still mounted

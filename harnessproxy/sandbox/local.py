@@ -29,11 +29,11 @@ from harnessproxy.sandbox.workspace import (
     RUNTIME_ROOT,
     OverlayWorkspace,
     alive,
-    kill,
     kill_namespace,
-    pids_in_pidns,
+    read_owner,
     teardown,
     wait_child,
+    write_owner,
 )
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -160,8 +160,7 @@ class LocalSandbox(SandboxBase):
     def stop(self) -> None:
         """Always cleans up, also after a failed start; safe to call twice."""
         if self.pid is not None:
-            for pid in pids_in_pidns(self.pid):
-                kill(pid)
+            kill_namespace(self.pid, keep=set())
         if self._holder is not None:
             if self._holder.poll() is None:
                 os.killpg(self._holder.pid, signal.SIGKILL)
@@ -252,13 +251,12 @@ class LocalSandbox(SandboxBase):
         if self.pid:
             with contextlib.suppress(OSError):
                 pidns = os.readlink(f"/proc/{self.pid}/ns/pid")
-        owner = {
-            "controller_pid": os.getpid(),
-            "holder_pid": self._holder.pid if self._holder else None,
-            "sandbox_pid": self.pid,
-            "pidns": pidns,
-        }
-        (self.state / "owner.json").write_text(json.dumps(owner))
+        write_owner(
+            self.state,
+            holder_pid=self._holder.pid if self._holder else None,
+            sandbox_pid=self.pid,
+            pidns=pidns,
+        )
 
 
 def _read_all(fd: int) -> bytes:
@@ -271,15 +269,13 @@ def _read_all(fd: int) -> bytes:
 
 
 def gc() -> list[str]:
-    """Remove sandboxes whose controller is gone (killed): holder processes, overlay mounts, state dirs."""
+    """Remove sandboxes whose controller is gone (killed), of either backend: processes, cgroups, overlay
+    mounts, state dirs. (docker.gc removes the containers.)"""
     removed = []
     if not RUNTIME_ROOT.is_dir():
         return removed
     for state in sorted(RUNTIME_ROOT.iterdir()):
-        try:
-            owner = json.loads((state / "owner.json").read_text())
-        except (OSError, ValueError):
-            owner = {}
+        owner = read_owner(state)
         if alive(owner.get("controller_pid")):
             continue
         holder = owner.get("holder_pid")
@@ -289,8 +285,7 @@ def gc() -> list[str]:
         inner = owner.get("sandbox_pid")
         with contextlib.suppress(OSError):  # only if that pid still is the sandbox's (pids get reused)
             if inner and os.readlink(f"/proc/{inner}/ns/pid") == owner.get("pidns"):
-                for pid in pids_in_pidns(inner):
-                    kill(pid)
+                kill_namespace(inner, keep=set())
         remove_stale(state.name)
         teardown(state)
         removed.append(state.name)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from harnessproxy.sandbox import Diff, SandboxError
 from harnessproxy.sandbox.changes import diff_overlay
@@ -37,6 +39,8 @@ class OverlayWorkspace:
             raise SandboxError("the sandbox mounts an overlay for the workspace and needs root here")
         if not self.lower.is_dir():
             raise SandboxError(f"workspace {self.lower} is not a directory")
+        self.state.mkdir(parents=True, exist_ok=True)
+        write_owner(self.state)  # before any mount: gc must never take a sandbox that is starting for dead
         for d in (self.rw, self.merged):
             d.mkdir(parents=True, exist_ok=True)
         if self.disk_mb is not None:
@@ -87,6 +91,19 @@ class OverlayWorkspace:
 
     def full(self) -> bool:
         return self.disk_mb is not None and os.statvfs(self.rw).f_bavail == 0
+
+
+def write_owner(state: Path, **extra: object) -> None:
+    """Who made this sandbox (the controller's pid) and what gc needs to clean up after it was killed."""
+    (state / "owner.json").write_text(json.dumps({"controller_pid": os.getpid(), **extra}))
+
+
+def read_owner(state: Path) -> dict[str, Any]:
+    try:
+        owner = json.loads((state / "owner.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
 
 
 def teardown(state: Path) -> None:
