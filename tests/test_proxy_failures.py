@@ -274,3 +274,14 @@ async def test_hop_by_hop_headers_dropped_protocol_headers_kept(
     recorded = {k.lower(): v for k, v in last(proxy)["request"]["headers"].items()}
     assert recorded["x-hop"] == "must not travel"  # the record shows what came in...
     assert recorded["proxy-authorization"] == "[redacted]"  # ...minus secrets
+
+
+async def test_scripted_upstream_answers_bad_input_with_a_sentence(upstream: ScriptedUpstream) -> None:
+    url = upstream.url + "/v1/chat/completions"
+    for body, words in (
+        (b"{not json", "scripted upstream:"),
+        ({"model": "chat_text@status=abc", "messages": MSGS}, "invalid literal"),
+        ({"model": "anthropic_malformed", "messages": MSGS}, "stream-only"),
+    ):
+        status, data = await post(url, body, {"content-type": "application/json"})
+        assert status == 400 and words in json.loads(data)["error"]["message"]

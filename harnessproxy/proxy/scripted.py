@@ -27,8 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from harnessproxy.proxy.codecs import get_codec
-from harnessproxy.proxy.routes import route
+from harnessproxy.proxy.codecs import Codec, get_codec
+from harnessproxy.proxy.routes import Route, route
 from harnessproxy.resources import GOLDENS
 
 _DEFAULT = {"anthropic": "anthropic_text", "openai_chat": "chat_text", "openai_responses": "responses_text"}
@@ -88,7 +88,19 @@ class ScriptedUpstream:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
-        body = json.loads(raw) if raw else {}
+        r = route(request.method, request.path, dict(request.headers))
+        codec = get_codec(r.protocol)
+        try:
+            body = json.loads(raw) if raw else {}
+            if not isinstance(body, dict):
+                raise ValueError("the body must be a JSON object")
+            return await self._answer(request, r, codec, raw, body)
+        except (ValueError, TypeError) as exc:  # bad JSON, or an option like status=abc
+            return web.json_response(codec.error_body(400, f"scripted upstream: {exc}"), status=400)
+
+    async def _answer(
+        self, request: web.Request, r: Route, codec: Codec, raw: bytes, body: dict[str, Any]
+    ) -> web.StreamResponse:
         if self.keep_requests:
             self.requests.append(
                 {
@@ -98,7 +110,6 @@ class ScriptedUpstream:
                     "body": body,
                 }
             )
-        r = route(request.method, request.path, dict(request.headers))
         if r.kind == "models":
             names = sorted(p.stem for p in self.goldens.glob("*.sse"))
             return web.json_response(
@@ -107,7 +118,6 @@ class ScriptedUpstream:
         if r.kind == "count_tokens":
             return web.json_response({"input_tokens": max(1, len(raw) // 4)})
         name, opts = parse_script(body.get("model"))
-        codec = get_codec(r.protocol)
         if "drop" in opts:
             _reset(request)
             return web.Response()
@@ -119,7 +129,10 @@ class ScriptedUpstream:
         if not (self.goldens / f"{name}.sse").exists():
             name = _DEFAULT[r.protocol]
         if not body.get("stream"):
-            data = (self.goldens / f"{name}.json").read_bytes()
+            twin = self.goldens / f"{name}.json"
+            if not twin.exists():
+                raise ValueError(f"golden {name!r} is stream-only: send stream=true")
+            data = twin.read_bytes()
             if "gzip" in opts:
                 return web.Response(
                     body=gzip.compress(data),
