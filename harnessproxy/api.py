@@ -15,6 +15,7 @@ from typing import Any
 from harnessproxy.proxy.record import Journal
 from harnessproxy.proxy.server import DEFAULT_MAX_BODY, ProxyServer
 from harnessproxy.proxy.upstream import HttpUpstream, Upstream
+from harnessproxy.sandbox import Sandbox, SandboxSpec
 from harnessproxy.store import connect, load_journals
 
 DEFAULT_JOURNAL_DIR = Path("harnessproxy-journals")
@@ -125,3 +126,25 @@ def query(db: str | Path, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         return columns, cur.fetchall() if columns else []
     finally:
         con.close()
+
+
+def make_sandbox(spec: SandboxSpec, backend: str = "local", image: str | None = None) -> Sandbox:
+    """A sandbox of the named backend (not started)."""
+    if backend == "local":
+        from harnessproxy.sandbox.local import LocalSandbox
+
+        return LocalSandbox(spec)
+    if backend == "docker":
+        from harnessproxy.sandbox.docker import DockerSandbox
+
+        if not image:
+            raise ConfigError("the docker backend needs an image")
+        return DockerSandbox(spec, image=image)
+    raise ConfigError(f"unknown sandbox backend {backend!r} (available: local, docker)")
+
+
+def gc_sandboxes() -> list[str]:
+    """Remove what killed controllers left behind, in both backends."""
+    from harnessproxy.sandbox import docker, local
+
+    return docker.gc() + local.gc()

@@ -188,20 +188,10 @@ def sandbox_run(
     """Run one command in a fresh sandbox over DIR; print its output, exit code and the diff."""
     from harnessproxy.sandbox import SandboxError, SandboxSpec
 
-    spec = SandboxSpec(workspace.resolve())
-    sb: Any
-    if backend == "local":
-        from harnessproxy.sandbox.local import LocalSandbox
-
-        sb = LocalSandbox(spec)
-    elif backend == "docker":
-        from harnessproxy.sandbox.docker import DockerSandbox
-
-        if not image:
-            _fail("the docker backend needs --image")
-        sb = DockerSandbox(spec, image=image or "")
-    else:
-        _fail(f"unknown backend {backend!r} (available: local, docker)")
+    try:
+        sb = api.make_sandbox(SandboxSpec(workspace.resolve()), backend, image)
+    except api.ConfigError as exc:
+        _fail(str(exc))
     try:
         sb.start()
         result = sb.exec(cmd, timeout=timeout)
@@ -229,9 +219,7 @@ def sandbox_run(
 @sandbox_app.command("gc")
 def sandbox_gc() -> None:
     """Remove sandboxes (processes, containers, mounts, state) left behind by a killed controller."""
-    from harnessproxy.sandbox import docker, local
-
-    removed = docker.gc() + local.gc()
+    removed = api.gc_sandboxes()
     console.print(f"removed {len(removed)} sandbox(es)" + (f": {', '.join(removed)}" if removed else ""))
 
 
