@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harnessproxy import __version__, api
+from harnessproxy.agents.spec import AdapterError
 
 app = typer.Typer(
     help="Run agent CLIs in sandboxes, record every LLM call through a per-rollout proxy, keep it in DuckDB.",
@@ -221,6 +222,145 @@ def sandbox_gc() -> None:
     """Remove sandboxes (processes, containers, mounts, state) left behind by a killed controller."""
     removed = api.gc_sandboxes()
     console.print(f"removed {len(removed)} sandbox(es)" + (f": {', '.join(removed)}" if removed else ""))
+
+
+agents_app = typer.Typer(
+    help="Agent harness adapters: list, install into the host cache, check.", no_args_is_help=True
+)
+app.add_typer(agents_app, name="agents")
+AdaptersOpt = Annotated[
+    Path | None, typer.Option("--adapters", help="A folder of extra adapter files, searched first.")
+]
+
+
+@agents_app.command("list")
+def agents_list(adapters: AdaptersOpt = None) -> None:
+    """Known adapters, their pinned versions and what the host cache holds."""
+    table = Table("name", "protocol", "package", "pinned", "installed", "description")
+    for a in api.list_agents(adapters):
+        if "error" in a:
+            table.add_row(a["name"], "[red]broken[/]", "", "", "", a["error"])
+        else:
+            table.add_row(
+                a["name"],
+                a["protocol"],
+                a["package"],
+                a["pinned"],
+                ", ".join(a["installed"]) or "-",
+                a["description"],
+            )
+    console.print(table)
+
+
+@agents_app.command("install")
+def agents_install(
+    agent: Annotated[
+        str, typer.Argument(help="NAME or NAME@VERSION (default: the adapter's pinned version).")
+    ],
+    adapters: AdaptersOpt = None,
+) -> None:
+    """Install an agent CLI into the host cache once (npm/pip); sandboxes mount it read-only."""
+    try:
+        path, fresh = api.install_agent(agent, adapters)
+    except (api.ConfigError, AdapterError) as exc:
+        _fail(str(exc))
+    console.print(f"{'installed' if fresh else 'already installed'}: {path}", highlight=False)
+
+
+@agents_app.command("check")
+def agents_check(
+    agent: Annotated[str, typer.Argument(help="NAME or NAME@VERSION.")],
+    sandbox: Annotated[str, typer.Option(help="local or docker.")] = "local",
+    image: Annotated[str | None, typer.Option(help="Docker image (docker backend).")] = None,
+    adapters: AdaptersOpt = None,
+) -> None:
+    """Run the CLI in a sandbox against the oracle on a tiny task: OK (exit 0) or what broke (exit 1)."""
+    try:
+        ok, lines = api.check_agent(agent, sandbox=sandbox, image=image, adapters_dir=adapters)
+    except (api.ConfigError, AdapterError) as exc:
+        _fail(str(exc))
+    for line in lines:
+        style = "green" if line == "OK" else "red" if line.startswith("FAILED") else ""
+        console.print(f"[{style}]{line}[/]" if style else line, highlight=False, soft_wrap=True)
+    raise typer.Exit(0 if ok else 1)
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def run(
+    tasks: Annotated[
+        list[Path], typer.Argument(help="Harbor task folders, folders of tasks, SWE-bench files.")
+    ],
+    agent: Annotated[str, typer.Option(help="Adapter NAME[@VERSION] (harnessproxy agents list).")],
+    upstream: Annotated[
+        str, typer.Option(help="Upstream base URL, or 'oracle' (runs each task's solution).")
+    ],
+    model: Annotated[
+        str | None, typer.Option(help="Model name sent upstream (default: the adapter's).")
+    ] = None,
+    n: Annotated[int, typer.Option("-n", help="Rollouts per task.")] = 1,
+    concurrency: Annotated[int, typer.Option("-c", "--concurrency", help="Rollouts at once.")] = 4,
+    sandbox: Annotated[str, typer.Option(help="local (bubblewrap) or docker.")] = "local",
+    db: DbOpt = Path("runs.duckdb"),
+    run_id: Annotated[str | None, typer.Option(help="Name of this run (default: generated).")] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Finish run --run-id: only rollouts with no result run.")
+    ] = False,
+    runs_dir: Annotated[Path, typer.Option(help="Where run journals, calls and artifacts go.")] = Path(
+        "harnessproxy-runs"
+    ),
+    image: Annotated[str | None, typer.Option(help="Docker image for every task (docker backend).")] = None,
+    upstream_key_env: Annotated[
+        str | None, typer.Option(help="Host env var with the upstream key (never enters a sandbox).")
+    ] = None,
+    agent_command: Annotated[str | None, typer.Option(help="The command adapter's shell command.")] = None,
+    repos: Annotated[
+        Path | None, typer.Option(help="SWE-bench: folder of local repo clones (owner__name).")
+    ] = None,
+    adapters: AdaptersOpt = None,
+) -> None:
+    """Run every task x N rollouts of an agent, score each in a fresh sandbox, load it all into DuckDB."""
+    from harnessproxy.progress import LiveProgress
+
+    try:
+        with LiveProgress(console) as live:
+            report = api.run(
+                tasks,
+                agent,
+                upstream,
+                n=n,
+                concurrency=concurrency,
+                sandbox=sandbox,
+                db=db,
+                model=model,
+                run_id=run_id,
+                resume=resume,
+                runs_dir=runs_dir,
+                image=image,
+                upstream_key_env=upstream_key_env,
+                agent_command=agent_command,
+                repos=repos,
+                adapters_dir=adapters,
+                on_progress=live.update,
+            )
+    except (api.ConfigError, AdapterError) as exc:
+        _fail(str(exc))
+    for problem in report.task_errors:
+        err.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)
+    rows = report.summary
+    if rows:
+        columns = list(rows[0])
+        table = Table(*columns, title=f"run {report.result.run_id}")
+        for row in rows:
+            table.add_row(
+                *(f"{v:.2f}" if isinstance(v, float) else str(v) for v in (row.get(c, "") for c in columns))
+            )
+        console.print(table)
+    console.print(
+        f"{sum(r['n'] for r in rows)} rollouts in {db}  ·  next: harnessproxy sql --db {db} "
+        '"SELECT * FROM task_summary"',
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command()

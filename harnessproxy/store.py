@@ -112,3 +112,143 @@ def load_journals(db: str | Path, journals: Iterable[str | Path]) -> int:
         return sum(load_records(con, read_journal(p)) for p in journals)
     finally:
         con.close()
+
+
+def _ts(value: Any) -> Any:
+    return None if value is None else float(value)
+
+
+def load_run(db: str | Path, run_dir: str | Path) -> int:
+    """Load a run's journal (runs, tasks, rollouts, evaluations, artifacts, events) and the call journals of
+    its finished rollouts into `db`. Idempotent: a re-load replaces the same rows. Returns rollouts loaded."""
+    from harnessproxy.controller.run import read_run
+
+    run_dir = Path(run_dir)
+    records = read_run(run_dir / "run.jsonl")
+    con = connect(db)
+    try:
+        con.execute("BEGIN")
+        finished = {r["run_id"]: r["ts"] for r in records if r.get("type") == "finished"}
+        for lineno, rec in enumerate(records):
+            kind = rec.get("type")
+            if kind == "run":
+                _load_run_row(con, rec, finished.get(rec["run_id"]))
+            elif kind == "event":
+                con.execute(
+                    "INSERT OR REPLACE INTO events VALUES (?, ?, ?, to_timestamp(?), ?, ?, ?)",
+                    (
+                        f"{_run_id(records)}:{lineno}",
+                        _run_id(records),
+                        rec.get("rollout_id"),
+                        _ts(rec.get("ts")),
+                        rec.get("state"),
+                        rec.get("attempt"),
+                        rec.get("detail"),
+                    ),
+                )
+        rollouts = [r for r in records if r.get("type") == "rollout"]
+        for r in rollouts:
+            _load_rollout(con, r, run_dir)
+        for r in rollouts:
+            if r.get("journal") and Path(r["journal"]).is_file():
+                load_records(con, read_journal(r["journal"]))
+        con.execute("COMMIT")
+        return len(rollouts)
+    finally:
+        con.close()
+
+
+def _run_id(records: list[dict[str, Any]]) -> str:
+    return next((r["run_id"] for r in records if r.get("type") == "run"), "")
+
+
+def _load_run_row(con: duckdb.DuckDBPyConnection, rec: dict[str, Any], finished: Any) -> None:
+    config = {k: v for k, v in rec.items() if k not in ("type", "tasks")}
+    con.execute(
+        "INSERT OR REPLACE INTO runs VALUES (?, to_timestamp(?), to_timestamp(?), ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            rec["run_id"],
+            _ts(rec.get("started_at")),
+            _ts(finished),
+            rec.get("agent"),
+            rec.get("agent_version"),
+            rec.get("model"),
+            rec.get("upstream"),
+            rec.get("sandbox"),
+            rec.get("n"),
+            rec.get("concurrency"),
+            _dump(config),
+        ),
+    )
+    for t in rec.get("tasks") or []:
+        con.execute(
+            "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                rec["run_id"],
+                t["task_id"],
+                t.get("source"),
+                t.get("instruction"),
+                t.get("grader"),
+                t.get("workdir"),
+                _dump(t.get("metadata")),
+            ),
+        )
+
+
+def _load_rollout(con: duckdb.DuckDBPyConnection, r: dict[str, Any], run_dir: Path) -> None:
+    t, d = r.get("timings") or {}, r.get("diff") or {}
+    con.execute(
+        "INSERT OR REPLACE INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, to_timestamp(?), "
+        "to_timestamp(?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            r["rollout_id"],
+            r["run_id"],
+            r["task_id"],
+            r["index"],
+            r["attempt"],
+            r.get("agent"),
+            r.get("model"),
+            r["outcome"],
+            r.get("error_kind"),
+            r.get("error"),
+            r.get("agent_exit_code"),
+            _ts(r.get("started_at")),
+            _ts(r.get("finished_at")),
+            t.get("queued"),
+            t.get("sandbox_start"),
+            t.get("agent"),
+            t.get("collect"),
+            t.get("eval"),
+            t.get("total"),
+            d.get("patch"),
+            d.get("added"),
+            d.get("modified"),
+            d.get("deleted"),
+            d.get("binary"),
+        ),
+    )
+    ev = r.get("evaluation")
+    if ev:
+        con.execute(
+            "INSERT OR REPLACE INTO evaluations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                r["rollout_id"],
+                ev["passed"],
+                ev.get("reward"),
+                _dump(ev.get("metrics")),
+                ev.get("exit_code"),
+                ev.get("stdout_tail"),
+                ev.get("stderr_tail"),
+                ev.get("duration_s"),
+                ev.get("error"),
+            ),
+        )
+    where = run_dir / "artifacts" / r["rollout_id"]
+    for name in r.get("artifacts") or []:
+        path = where / name
+        if path.is_file():
+            data = path.read_bytes()
+            con.execute(
+                "INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?, ?)",
+                (r["rollout_id"], name, len(data), data),
+            )

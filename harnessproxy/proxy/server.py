@@ -280,9 +280,12 @@ class ProxyServer:
         elif up.status >= 400:
             rec.fail("upstream_status", f"upstream answered HTTP {up.status}")
         await self._finish(rec)
-        if broken is not None:
-            await resp.write(reasm.error_tail(f"upstream connection broke mid-stream: {broken}"))
-        await resp.write_eof()
+        # The call is recorded; a client that hangs up once it has its last event (Qwen Code does, after
+        # [DONE]) only misses the chunked terminator.
+        with contextlib.suppress(ConnectionResetError):
+            if broken is not None:
+                await resp.write(reasm.error_tail(f"upstream connection broke mid-stream: {broken}"))
+            await resp.write_eof()
         return resp
 
     async def _finish(self, rec: CallRecord) -> None:

@@ -38,6 +38,8 @@ class SandboxSpec:
     env: dict[str, str] = field(default_factory=dict)
     # host path -> sandbox path, read-only (e.g. the host's agent cache)
     ro_mounts: dict[str, str] = field(default_factory=dict)
+    # host path -> sandbox path, writable (e.g. the evaluator's fresh /logs and its copy of the tests)
+    rw_mounts: dict[str, str] = field(default_factory=dict)
     limits: Limits = field(default_factory=Limits)
 
 
@@ -72,6 +74,11 @@ class Diff:
 class Sandbox(Protocol):
     spec: SandboxSpec
 
+    @property
+    def home(self) -> str:
+        """HOME for commands: private to this sandbox, so every rollout starts with a scratch one."""
+        ...
+
     def start(self) -> None: ...
 
     def exec(
@@ -90,6 +97,10 @@ class Sandbox(Protocol):
 
     def listen(self, port: int = 0) -> socket.socket:
         """A listening socket on 127.0.0.1 *inside* the sandbox's network, for the rollout's proxy."""
+        ...
+
+    def halt(self) -> None:
+        """Kill every process inside, keep the workspace (take the diff for scoring after this)."""
         ...
 
     def diff(self) -> Diff: ...

@@ -28,6 +28,10 @@ class SandboxBase:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def halt(self) -> None:
+        """Kill every process inside but keep the workspace: a diff taken after this cannot be raced."""
+        raise NotImplementedError
+
     def _run(
         self,
         argv: list[str],

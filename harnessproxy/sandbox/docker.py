@@ -58,6 +58,10 @@ class DockerSandbox(SandboxBase):
         self._started = time.monotonic()
 
     @property
+    def home(self) -> str:
+        return USER_HOME if self.spec.user else "/root"
+
+    @property
     def docker(self) -> Any:
         if self._docker is None:
             self._docker = client()
@@ -81,6 +85,7 @@ class DockerSandbox(SandboxBase):
         mounts += [
             Mount(inside, host, type="bind", read_only=True) for host, inside in self.spec.ro_mounts.items()
         ]
+        mounts += [Mount(inside, host, type="bind") for host, inside in self.spec.rw_mounts.items()]
         try:
             self.container = docker_client.containers.run(
                 self.image,
@@ -173,6 +178,11 @@ class DockerSandbox(SandboxBase):
 
     def _enforced(self) -> dict[str, str]:
         return dict.fromkeys(self.spec.limits.requested(), "docker")
+
+    def halt(self) -> None:
+        if self.container is not None:
+            with contextlib.suppress(Exception):  # already stopped, or the engine went away
+                self.container.kill()
 
     def stop(self) -> None:
         if self.container is not None:

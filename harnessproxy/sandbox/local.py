@@ -153,12 +153,13 @@ class LocalSandbox(SandboxBase):
         args += ["--dir", self.home]
         for host_path, inside in self.spec.ro_mounts.items():
             args += ["--ro-bind", host_path, inside]
+        for host_path, inside in self.spec.rw_mounts.items():
+            args += ["--bind", host_path, inside]
         args += ["--bind", str(self.workspace.merged), self.spec.workdir]
         args += ["--chdir", self.spec.workdir, "--clearenv"]
         return args
 
-    def stop(self) -> None:
-        """Always cleans up, also after a failed start; safe to call twice."""
+    def halt(self) -> None:
         if self.pid is not None:
             kill_namespace(self.pid, keep=set())
         if self._holder is not None:
@@ -167,6 +168,10 @@ class LocalSandbox(SandboxBase):
                 self._holder.wait()
             if self._holder.stderr:
                 self._holder.stderr.close()
+
+    def stop(self) -> None:
+        """Always cleans up, also after a failed start; safe to call twice."""
+        self.halt()
         self.cgroups.remove()
         teardown(self.state)
 

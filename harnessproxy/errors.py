@@ -1,0 +1,5 @@
+"""Errors a user can act on; the CLI prints their message, never a traceback."""
+
+
+class ConfigError(Exception):
+    """A user-facing configuration mistake."""
