@@ -331,9 +331,11 @@ def check_agent(
                 f"{len(failed)} call(s) failed, first: {failed[0]['method']} {failed[0]['path']} → "
                 f"{failed[0].get('status')}"
             )
+        names: list[str] = []  # every tool any main call offered (a title call offers none)
+        for c in main:
+            body = json.loads(c["request"]["body"]) if c["request"].get("body") else {}
+            names += [t for t in _tool_names(c["protocol"], body.get("tools")) if t not in names]
         if main:
-            body = json.loads(main[0]["request"]["body"]) if main[0]["request"].get("body") else {}
-            names = _tool_names(main[0]["protocol"], body.get("tools"))
             if adapter.shell_tool.name not in names:
                 problems.append(
                     f"the CLI offers no tool named {adapter.shell_tool.name!r} (it offers: "

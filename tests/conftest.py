@@ -56,3 +56,16 @@ def strip_none(value: Any) -> Any:
     if isinstance(value, list):
         return [strip_none(v) for v in value]
     return value
+
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "tasks"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agent_cache() -> Path:
+    """Agent CLIs go to a cache in the checkout, so a clean clone (CI) really installs them from npm."""
+    import os
+
+    path = Path(os.environ.setdefault("HARNESSPROXY_AGENT_CACHE", str(REPO / ".agent-cache")))
+    return path

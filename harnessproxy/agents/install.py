@@ -53,13 +53,24 @@ def _npm(adapter: Adapter, version: str, into: Path) -> list[str]:
     if npm is None:
         raise AdapterError(f"installing {adapter.name} needs npm (Debian: apt-get install npm)")
     spec = f"{adapter.install.package}@{version}"
-    return [npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(into), spec]
+    return [
+        npm,
+        "install",
+        "--silent",
+        "--no-audit",
+        "--no-fund",
+        "--prefix",
+        str(into),
+        spec,
+        *adapter.install.extra_packages,
+    ]
 
 
 def _pip(adapter: Adapter, version: str, into: Path) -> list[str]:
     # The sandbox runs the host's python3 with PYTHONPATH={agent_dir}/lib: install for that interpreter.
     spec = f"{adapter.install.package}=={version}"
-    return [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(into / "lib"), spec]
+    extra = adapter.install.extra_packages
+    return [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(into / "lib"), spec, *extra]
 
 
 def install(adapter: Adapter, version: str | None = None, root: Path | None = None) -> tuple[Path, bool]:

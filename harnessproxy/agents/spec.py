@@ -35,6 +35,7 @@ class Install(_Strict):
     kind: Literal["npm", "pip", "none"]
     package: str | None = None  # npm or PyPI name
     version: str | None = None  # the pinned, tested version; `agents install NAME@V` overrides it
+    extra_packages: list[str] = Field(default_factory=list)  # installed beside it, pinned (e.g. "mcp==2.3.0")
 
     @field_validator("version")
     @classmethod
@@ -53,6 +54,9 @@ class ShellToolSpec(_Strict):
     name: str
     argument: str = "command"
     extra: dict[str, str | int | bool] = Field(default_factory=dict)  # other required arguments, fixed
+    finish: str | None = (
+        None  # a command the harness must run to end (the oracle sends it after the solution)
+    )
 
 
 class Run(_Strict):
@@ -78,7 +82,8 @@ class Adapter(_Strict):
 
     @property
     def tool(self) -> ShellTool:
-        return ShellTool(self.shell_tool.name, self.shell_tool.argument, dict(self.shell_tool.extra))
+        t = self.shell_tool
+        return ShellTool(t.name, t.argument, dict(t.extra), t.finish)
 
     def needs_install(self) -> bool:
         return self.install.kind != "none"

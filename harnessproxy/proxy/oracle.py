@@ -32,6 +32,7 @@ class ShellTool:
     name: str
     argument: str = "command"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    finish: str | None = None  # a command the harness needs to end (mini-swe-agent's submit echo)
 
 
 @dataclass
@@ -106,9 +107,12 @@ def decide(protocol: str, body: dict[str, Any], solution: str, tool: ShellTool) 
     fmt = (body.get("output_config") or {}).get("format") if protocol == "anthropic" else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         return Reply(text=json.dumps(_sample(fmt.get("schema")))), "side call: structured answer"
-    if _has_tool_result(protocol, body):
-        return Reply(text=FINAL_TEXT), "tool result seen: final answer"
     names = _tool_names(protocol, body.get("tools"))
+    if _has_tool_result(protocol, body):
+        if tool.finish and tool.name in names and tool.finish not in json.dumps(body):
+            args = {**tool.extra, tool.argument: tool.finish}
+            return Reply(tool=tool.name, arguments=args), f"called {tool.name} with the finish command"
+        return Reply(text=FINAL_TEXT), "tool result seen: final answer"
     if tool.name not in names:
         shown = ", ".join(names[:12]) or "none"
         return Reply(text=FINAL_TEXT), f"no tool named {tool.name!r} offered (tools: {shown}): final answer"

@@ -93,10 +93,18 @@ def load_row(row: dict[str, Any], path: Path, *, repos: Path | None, stage: Path
     if not f2p:
         raise TaskError(f"{where}: field FAIL_TO_PASS: empty, so nothing could show the issue resolved")
     if repos is None:
-        raise TaskError(f"{where}: field repo: SWE-bench tasks need --repos DIR with a local clone of {row['repo']}")
+        raise TaskError(
+            f"{where}: field repo: SWE-bench tasks need --repos DIR with a local clone of {row['repo']}"
+        )
     owner_name = row["repo"]
-    clone = next((c for c in (repos / owner_name.replace("/", "__"), repos / owner_name.split("/")[-1])
-                  if (c / ".git").exists()), None)
+    clone = next(
+        (
+            c
+            for c in (repos / owner_name.replace("/", "__"), repos / owner_name.split("/")[-1])
+            if (c / ".git").exists()
+        ),
+        None,
+    )
     if clone is None:
         raise TaskError(f"{where}: field repo: no clone of {owner_name} in {repos} (as owner__name or name)")
     workspace = stage / f"{iid}"
@@ -120,7 +128,7 @@ def load_row(row: dict[str, Any], path: Path, *, repos: Path | None, stage: Path
         f"#!/bin/bash\ncd {WORKDIR}\n"
         "git apply --whitespace=nowarn /tests/test.patch || exit 3\n"
         f"{test_cmd} {files} > /logs/verifier/test_output.log 2>&1\n"
-        "echo \"tests exited $?\"\n"
+        'echo "tests exited $?"\n'
     )
     return Task(
         id=iid,
@@ -132,7 +140,11 @@ def load_row(row: dict[str, Any], path: Path, *, repos: Path | None, stage: Path
         agent_timeout_s=float(row.get("agent_timeout_sec") or 1800.0),
         verifier_timeout_s=float(row.get("verifier_timeout_sec") or 900.0),
         grader="swebench",
-        metadata={"repo": owner_name, "base_commit": row["base_commit"], "FAIL_TO_PASS": f2p,
-                  "PASS_TO_PASS": p2p},
+        metadata={
+            "repo": owner_name,
+            "base_commit": row["base_commit"],
+            "FAIL_TO_PASS": f2p,
+            "PASS_TO_PASS": p2p,
+        },
         source=f"{path}#{iid}",
     )
