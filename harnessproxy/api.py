@@ -335,12 +335,11 @@ def check_agent(
         for c in main:
             body = json.loads(c["request"]["body"]) if c["request"].get("body") else {}
             names += [t for t in _tool_names(c["protocol"], body.get("tools")) if t not in names]
-        if main:
-            if adapter.shell_tool.name not in names:
-                problems.append(
-                    f"the CLI offers no tool named {adapter.shell_tool.name!r} (it offers: "
-                    f"{', '.join(names[:15]) or 'none'})"
-                )
+        if main and adapter.shell_tool.name not in names:
+            problems.append(
+                f"the CLI offers no tool named {adapter.shell_tool.name!r} (it offers: "
+                f"{', '.join(names[:15]) or 'none'})"
+            )
     if r.agent_exit_code not in (0, None) or r.outcome == "timeout":
         problems.append(r.error or f"the CLI exited {r.agent_exit_code}")
     if r.error_kind != "infra" and "hello.txt" not in (r.diff.get("added") or []):

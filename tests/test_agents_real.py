@@ -1,6 +1,6 @@
-"""The real agent CLIs, installed from npm / PyPI by `agents install`, run unmodified in the local sandbox through
-the proxy against the oracle (`agents check`): exit 0, the solution's file in the diff, every call recorded with
-the adapter's protocol, and no route out but the proxy."""
+"""The real agent CLIs, installed from npm / PyPI by `agents install`, run unmodified in the local sandbox
+through the proxy against the oracle (`agents check`): exit 0, the solution's file in the diff, every call
+recorded with the adapter's protocol, and no route out but the proxy."""
 
 from __future__ import annotations
 

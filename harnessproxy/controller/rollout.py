@@ -61,7 +61,8 @@ class Rollout:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Rollout:
         ev = data.get("evaluation")
-        return cls(**{**data, "evaluation": Evaluation(**ev) if ev else None})
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "evaluation": Evaluation(**ev) if ev else None})
 
 
 @dataclass

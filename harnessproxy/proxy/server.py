@@ -67,6 +67,7 @@ class ProxyServer:
         self.upstream_key = upstream_key
         self.max_body = max_body
         self._seq = 0
+        self._writes: set[asyncio.Future[None]] = set()  # journal appends in flight (stop() waits for them)
         self._runner: web.AppRunner | None = None
         self.host: str | None = None
         self.port: int | None = None
@@ -96,6 +97,8 @@ class ProxyServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._writes:  # a client that hung up cancelled its handler, not the record's write
+            await asyncio.gather(*self._writes, return_exceptions=True)
 
     # -- one call --------------------------------------------------------------------------------------
     async def _handle(self, request: web.Request) -> web.StreamResponse:
@@ -290,7 +293,10 @@ class ProxyServer:
 
     async def _finish(self, rec: CallRecord) -> None:
         rec.ended_at = time.time()
-        await asyncio.to_thread(self.journal.append, rec)
+        write = asyncio.ensure_future(asyncio.to_thread(self.journal.append, rec))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+        await asyncio.shield(write)
 
     def _finish_sync(self, rec: CallRecord) -> None:
         # Used while being cancelled: no awaiting, the record must still reach the journal.

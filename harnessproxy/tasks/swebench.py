@@ -1,11 +1,12 @@
 """SWE-bench instances (JSONL or parquet rows) against local clones of their repos (no network here).
 
 Each row needs instance_id, repo, base_commit, problem_statement, patch, test_patch, FAIL_TO_PASS and
-PASS_TO_PASS (lists, or JSON strings of lists as in the published datasets). The repo `owner/name` is found in
-the `--repos` folder as `owner__name` (SWE-bench's naming) or `name`. The workspace is the clone checked out
-at base_commit, at /testbed. Grading is SWE-bench's: the test patch is applied, the tests it touches run
-(`test_cmd` from the row, default `python3 -m pytest -rA`), and the instance is resolved when every
-FAIL_TO_PASS test passes and every PASS_TO_PASS test still passes. The gold `patch` is the oracle's solution."""
+PASS_TO_PASS (lists, or JSON strings of lists as in the published datasets). The repo `owner/name` is
+found in the `--repos` folder as `owner__name` (SWE-bench's naming) or `name`. The workspace is the clone
+checked out at base_commit, at /testbed. Grading is SWE-bench's: the test patch is applied, the tests it
+touches run (`test_cmd` from the row, default `python3 -m pytest -rA`), and the instance is resolved when
+every FAIL_TO_PASS test passes and every PASS_TO_PASS test still passes. The gold `patch` is the oracle's
+solution."""
 
 from __future__ import annotations
 
