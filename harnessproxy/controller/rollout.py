@@ -164,7 +164,7 @@ async def run_rollout(ctx: Context, task: Task, r: Rollout) -> Rollout:
         r.outcome, r.error_kind, r.error = "error", "infra", str(exc)
     finally:
         if sb is not None:
-            await asyncio.to_thread(sb.stop)
+            await _phase(r, "sandbox_stop", asyncio.to_thread(sb.stop))
     if diff is not None and run is not None:
         ctx.on_state(r, "evaluating")
         try:

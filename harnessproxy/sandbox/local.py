@@ -162,6 +162,7 @@ class LocalSandbox(SandboxBase):
     def halt(self) -> None:
         if self.pid is not None:
             kill_namespace(self.pid, keep=set())
+            self.pid = None  # once dead, the number can be reused by another sandbox's init
         if self._holder is not None:
             if self._holder.poll() is None:
                 os.killpg(self._holder.pid, signal.SIGKILL)
@@ -203,8 +204,11 @@ class LocalSandbox(SandboxBase):
             stderr=subprocess.PIPE,
         )
         if stdin and proc.stdin:
-            proc.stdin.write(stdin)
-            proc.stdin.close()
+            # A command may exit without reading all its input (or fail to start): its exit code says so.
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.write(stdin)
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
         out, err, timed_out = self._collect(proc, timeout)
         return out, err, proc.returncode if proc.returncode is not None else -signal.SIGKILL, timed_out
 

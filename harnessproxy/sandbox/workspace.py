@@ -116,10 +116,21 @@ def teardown(state: Path) -> None:
 
 def pids_in_pidns(pid: int) -> list[int]:
     """Every process (as the host numbers them) in the pid namespace of `pid`."""
+    ns = _pidns(pid)
+    return _members(ns) if ns else []
+
+
+def _pidns(pid: int) -> str | None:
+    """The pid namespace of `pid`, never the host's own: a sandbox's init that has died leaves its number to
+    be reused, and what then holds it must not be taken for the sandbox."""
     try:
         ns = os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
-        return []
+        return None
+    return None if ns == os.readlink("/proc/self/ns/pid") else ns
+
+
+def _members(ns: str) -> list[int]:
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -133,13 +144,24 @@ def pids_in_pidns(pid: int) -> list[int]:
 
 def kill_namespace(pid: int, keep: set[int | None]) -> None:
     """SIGKILL every process in the pid namespace of `pid` but `keep`, until none is left: a fork bomb forks
-    while it is being killed."""
-    for _ in range(50):
-        victims = [p for p in pids_in_pidns(pid) if p not in keep]
-        if not victims:
+    while it is being killed. An open fd pins the namespace meanwhile: once freed, its inode number (what
+    /proc shows) is reused by the next sandbox's namespace, which must not be taken for this one."""
+    try:
+        fd = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        ns = os.readlink(f"/proc/self/fd/{fd}")
+        if ns == os.readlink("/proc/self/ns/pid"):
             return
-        for victim in victims:
-            kill(victim)
+        for _ in range(50):
+            victims = [p for p in _members(ns) if p not in keep]
+            if not victims:
+                return
+            for victim in victims:
+                kill(victim)
+    finally:
+        os.close(fd)
 
 
 def wait_child(pid: int, comm: str, timeout: float) -> int | None:
