@@ -344,3 +344,22 @@ def test_docker_backend_once(tmp_path: Path) -> None:
     assert [r.outcome for r in res.rollouts] == ["passed", "passed"], [r.error for r in res.rollouts]
     assert all(r.diff["added"] == ["hello.txt"] for r in res.rollouts)
     assert all(len(read_journal(r.journal)) == 1 for r in res.rollouts)  # the call went through the proxy
+
+
+def test_cli_run_prints_the_summary_and_sql_reads_the_store(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harnessproxy.cli import app
+
+    db, runs = tmp_path / "r.duckdb", tmp_path / "runs"
+    common = ["--agent", "command", "--upstream", "oracle", "--runs-dir", str(runs), "--db", str(db)]
+    runner = CliRunner()
+    out = runner.invoke(app, ["run", str(CHECK_TASK), *common, "--agent-command", CALL_THEN_SOLVE, "-n", "2"])
+    assert out.exit_code == 0, out.output
+    assert "check_task" in out.output and "pass@2" in out.output and "2 rollouts in" in out.output
+    rows = runner.invoke(
+        app, ["sql", "--db", str(db), "-f", "csv", "SELECT n, passed, pass_at_1 FROM task_summary"]
+    )
+    assert rows.output.splitlines()[1] == "2,2,1.0"
+    empty = runner.invoke(app, ["run", str(tmp_path / "nothing"), *common, "--agent-command", "true"])
+    assert empty.exit_code == 2 and "no task to run" in empty.output and "Traceback" not in empty.output
