@@ -16,11 +16,10 @@ from typing import Any
 
 from harnessproxy.agents.runner import AgentRun, agent_mounts, run_agent, sandbox_user
 from harnessproxy.agents.spec import Adapter
+from harnessproxy.api import start_proxy
 from harnessproxy.controller.evaluate import Evaluation, evaluate
 from harnessproxy.errors import ConfigError
 from harnessproxy.proxy.oracle import OracleUpstream
-from harnessproxy.proxy.record import Journal
-from harnessproxy.proxy.server import DEFAULT_MAX_BODY, ProxyServer
 from harnessproxy.proxy.upstream import HttpUpstream, Upstream
 from harnessproxy.sandbox import Diff, Sandbox, SandboxError, SandboxSpec
 from harnessproxy.tasks import Task
@@ -43,9 +42,8 @@ class Rollout:
     agent_exit_code: int | None = None
     started_at: float = 0.0
     finished_at: float = 0.0
-    timings: dict[str, float] = field(
-        default_factory=dict
-    )  # queued, sandbox_start, agent, collect, eval, total
+    # seconds: queued, sandbox_start, agent, collect, sandbox_stop, eval, total
+    timings: dict[str, float] = field(default_factory=dict)
     diff: dict[str, Any] = field(default_factory=dict)  # patch, added, modified, deleted, binary
     evaluation: Evaluation | None = None
     artifacts: list[str] = field(default_factory=list)
@@ -128,14 +126,15 @@ async def run_rollout(ctx: Context, task: Task, r: Rollout) -> Rollout:
         ctx.on_state(r, "running")
         sb = ctx.make_sandbox(spec, task)
         await _phase(r, "sandbox_start", asyncio.to_thread(sb.start))
-        upstream = _upstream(ctx, task)
-        journal = Journal(ctx.calls_dir / f"{r.rollout_id}.jsonl")
-        r.journal = str(journal.path)
-        proxy = ProxyServer(
-            r.rollout_id, upstream, journal, upstream_key=ctx.upstream_key, max_body=DEFAULT_MAX_BODY
+        proxy = await start_proxy(
+            _upstream(ctx, task),
+            rollout_id=r.rollout_id,
+            journal_dir=ctx.calls_dir,
+            sock=sb.listen(),
+            upstream_key=ctx.upstream_key,
         )
+        r.journal = str(proxy.journal.path)
         try:
-            await proxy.start("127.0.0.1", 0, sock=sb.listen())
             run = await _phase(
                 r,
                 "agent",
@@ -143,7 +142,7 @@ async def run_rollout(ctx: Context, task: Task, r: Rollout) -> Rollout:
                     run_agent,
                     sb,
                     ctx.adapter,
-                    proxy_url=f"http://127.0.0.1:{proxy.port}",
+                    proxy_url=f"http://127.0.0.1:{proxy.server.port}",
                     model=ctx.model,
                     instruction=task.instruction,
                     timeout=task.agent_timeout_s,
@@ -152,8 +151,6 @@ async def run_rollout(ctx: Context, task: Task, r: Rollout) -> Rollout:
             )
         finally:
             await proxy.stop()
-            await upstream.aclose()
-            journal.close()
         t = time.monotonic()
         await asyncio.to_thread(sb.halt)  # nothing may still run while the diff is read
         diff = await asyncio.to_thread(sb.diff)
