@@ -148,16 +148,12 @@ async def _run(
     loop.set_default_executor(ThreadPoolExecutor(max_workers=max(8, 3 * concurrency)))
     gate = asyncio.Semaphore(concurrency)
 
+    def event(r: Rollout, state: str, detail: str | None = None) -> None:
+        rec = {"type": "event", "rollout_id": r.rollout_id, "ts": time.time(), "state": state}
+        journal.write({**rec, "attempt": r.attempt, "detail": detail})
+
     def on_state(r: Rollout, state: str) -> None:
-        journal.write(
-            {
-                "type": "event",
-                "rollout_id": r.rollout_id,
-                "ts": time.time(),
-                "state": state,
-                "attempt": r.attempt,
-            }
-        )
+        event(r, state)
         progress.move(r.rollout_id, state, r)
         on_progress(progress)
 
@@ -175,16 +171,7 @@ async def _run(
                     r.outcome, r.error_kind, r.error = "error", "infra", f"{type(exc).__name__}: {exc}"
                 if r.error_kind != "infra" or r.attempt > retries:
                     break
-                journal.write(
-                    {
-                        "type": "event",
-                        "rollout_id": r.rollout_id,
-                        "ts": time.time(),
-                        "state": "retry",
-                        "attempt": r.attempt,
-                        "detail": r.error,
-                    }
-                )
+                event(r, "retry", r.error)
                 await asyncio.sleep(min(30.0, 0.5 * 2 ** (r.attempt - 1)))
                 r = Rollout(
                     r.rollout_id,
