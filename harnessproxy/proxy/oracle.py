@@ -20,6 +20,7 @@ from typing import Any
 
 from harnessproxy.proxy.codecs import get_codec
 from harnessproxy.proxy.routes import route
+from harnessproxy.shell import heredoc
 
 FINAL_TEXT = "Done: I ran the task's reference solution."
 _MARK = "HARNESSPROXY_ORACLE_EOF"
@@ -44,15 +45,11 @@ class Reply:
 
 def solution_command(script: str) -> str:
     """A shell command that runs `script` as a file (so its own stdin reads stay its own) from the cwd."""
-    mark = _MARK
-    while mark in script:
-        mark += "_"
-    body = script if script.endswith("\n") else script + "\n"
     path = "/tmp/.oracle/solve.sh"
-    return f"mkdir -p /tmp/.oracle && cat > {path} <<'{mark}'\n{body}{mark}\nbash {path}"
+    return heredoc(f"mkdir -p /tmp/.oracle && cat > {path}", script, _MARK) + f"bash {path}"
 
 
-def _tool_names(protocol: str, tools: Any) -> list[str]:
+def tool_names(protocol: str, tools: Any) -> list[str]:
     names = []
     for t in tools if isinstance(tools, list) else []:
         if not isinstance(t, dict):
@@ -107,7 +104,7 @@ def decide(protocol: str, body: dict[str, Any], solution: str, tool: ShellTool) 
     fmt = (body.get("output_config") or {}).get("format") if protocol == "anthropic" else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         return Reply(text=json.dumps(_sample(fmt.get("schema")))), "side call: structured answer"
-    names = _tool_names(protocol, body.get("tools"))
+    names = tool_names(protocol, body.get("tools"))
     if _has_tool_result(protocol, body):
         if tool.finish and tool.name in names and tool.finish not in json.dumps(body):
             args = {**tool.extra, tool.argument: tool.finish}

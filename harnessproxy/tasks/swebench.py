@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harnessproxy.shell import heredoc
 from harnessproxy.tasks import Task, TaskError
 
 WORKDIR = "/testbed"
@@ -60,11 +61,7 @@ def _tests(value: Any, where: str, field: str) -> list[str]:
 
 
 def _apply_script(patch: str) -> str:
-    mark = _EOF
-    while mark in patch:
-        mark += "_"
-    body = patch if patch.endswith("\n") else patch + "\n"
-    return f"#!/bin/bash\nset -e\ngit apply --whitespace=nowarn - <<'{mark}'\n{body}{mark}\n"
+    return "#!/bin/bash\nset -e\n" + heredoc("git apply --whitespace=nowarn -", patch, _EOF)
 
 
 def touched_files(patch: str) -> list[str]:
