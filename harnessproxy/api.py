@@ -285,7 +285,7 @@ def check_agent(
 
     from harnessproxy.agents.spec import get_adapter
     from harnessproxy.controller.run import run_rollouts
-    from harnessproxy.proxy.oracle import _tool_names
+    from harnessproxy.proxy.oracle import tool_names
     from harnessproxy.proxy.record import read_journal
     from harnessproxy.tasks import harbor
 
@@ -334,7 +334,7 @@ def check_agent(
         names: list[str] = []  # every tool any main call offered (a title call offers none)
         for c in main:
             body = json.loads(c["request"]["body"]) if c["request"].get("body") else {}
-            names += [t for t in _tool_names(c["protocol"], body.get("tools")) if t not in names]
+            names += [t for t in tool_names(c["protocol"], body.get("tools")) if t not in names]
         if main and adapter.shell_tool.name not in names:
             problems.append(
                 f"the CLI offers no tool named {adapter.shell_tool.name!r} (it offers: "

@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from harnessproxy import __version__, api
-from harnessproxy.agents.spec import AdapterError
 
 app = typer.Typer(
     help="Run agent CLIs in sandboxes, record every LLM call through a per-rollout proxy, keep it in DuckDB.",
@@ -262,7 +261,7 @@ def agents_install(
     """Install an agent CLI into the host cache once (npm/pip); sandboxes mount it read-only."""
     try:
         path, fresh = api.install_agent(agent, adapters)
-    except (api.ConfigError, AdapterError) as exc:
+    except api.ConfigError as exc:
         _fail(str(exc))
     console.print(f"{'installed' if fresh else 'already installed'}: {path}", highlight=False)
 
@@ -277,7 +276,7 @@ def agents_check(
     """Run the CLI in a sandbox against the oracle on a tiny task: OK (exit 0) or what broke (exit 1)."""
     try:
         ok, lines = api.check_agent(agent, sandbox=sandbox, image=image, adapters_dir=adapters)
-    except (api.ConfigError, AdapterError) as exc:
+    except api.ConfigError as exc:
         _fail(str(exc))
     for line in lines:
         style = "green" if line == "OK" else "red" if line.startswith("FAILED") else ""
@@ -342,7 +341,7 @@ def run(
                 adapters_dir=adapters,
                 on_progress=live.update,
             )
-    except (api.ConfigError, AdapterError) as exc:
+    except api.ConfigError as exc:
         _fail(str(exc))
     for problem in report.task_errors:
         err.print(f"[yellow]skipped:[/] {problem}", highlight=False, soft_wrap=True)

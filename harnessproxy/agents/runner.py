@@ -3,7 +3,6 @@ artifacts read back. The sandbox and the proxy listener are the caller's; this f
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,19 +89,3 @@ def run_agent(
         artifacts[adapter.run.stdout_artifact] = result.stdout.encode()
     artifacts["agent.stderr"] = result.stderr.encode()
     return AgentRun(result, artifacts)
-
-
-def describe(adapter: Adapter, model: str) -> str:
-    """The command line as a user would type it (for logs and `agents check`)."""
-    return shlex.join(
-        render(
-            a,
-            {
-                **dict.fromkeys(("proxy_url", "api_key", "home", "workdir", "command"), "…"),
-                "instruction": "INSTRUCTION",
-                "model": model,
-                "agent_dir": AGENT_DIR,
-            },
-        )
-        for a in adapter.run.argv
-    )

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from harnessproxy.errors import ConfigError
 from harnessproxy.proxy.oracle import ShellTool
 from harnessproxy.resources import data_dir
 
@@ -23,7 +24,7 @@ _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 AGENT_DIR = "/opt/harnessproxy/agent"  # where the host cache's install is mounted, read-only
 
 
-class AdapterError(Exception):
+class AdapterError(ConfigError):
     """A broken or unknown adapter; the message names the file and the field."""
 
 
